@@ -1,0 +1,33 @@
+"""The book's chapters: id, title, experiments module and notebook source."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Chapter:
+    id: str
+    title: str
+    module: str
+    paper: str  # summary file under shared/papers
+
+    @property
+    def source(self) -> str:
+        return f"notebooks/{self.id}.py"
+
+
+CHAPTERS: dict[str, Chapter] = {
+    c.id: c
+    for c in (
+        Chapter("01_bn_illusion", "The BatchNorm illusion in unlearning evaluation",
+                "memlab.experiments.bn_illusion", "bn-illusion-unlearning.txt"),
+        Chapter("02_sde", "Split-half dependence evaluation of unlearning",
+                "memlab.experiments.sde", "sde-hsic-unlearning-evaluation.txt"),
+        Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
+                "memlab.experiments.canary_audit", "reasoning-trace-canary-audit.txt"),
+        Chapter("04_qskew", "Q-Skew membership inference on diffusion language models",
+                "memlab.experiments.qskew", "qskew-diffusion-lm-membership.txt"),
+        Chapter("05_capacity", "How much do language models memorize?",
+                "memlab.experiments.capacity", "lm-memorization-capacity.txt"),
+    )
+}

@@ -1,0 +1,316 @@
+"""Command line: run a chapter, run every chapter, render the book.
+
+    memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--no-cache] [--book-dir DIR]
+    memlab book [--profile P] [--chapters ID ...]
+    memlab render [--root DIR]
+    memlab list
+
+``run`` checks the chapter name, every parameter name against the notebook's
+parameters cell and every value against the chapter's SPEC before executing
+anything; it executes into a staging folder and publishes the notebook,
+results and figures into ``book/`` only when the whole chapter succeeded, so
+a failed run leaves the previous good outputs in place.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from memlab.chapters import CHAPTERS
+from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, repo_root
+
+
+class RunError(RuntimeError):
+    """A chapter failed while executing; the message names the chapter and the cell."""
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as YAML (``3`` -> int, ``0.5`` -> float, ``[a, b]`` -> list, ``none`` -> None)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def notebook_from_source(chapter: str, root: Path) -> "nbformat.NotebookNode":  # noqa: F821
+    """The chapter notebook built from its jupytext source ``notebooks/<id>.py``."""
+    import jupytext
+
+    src = root / CHAPTERS[chapter].source
+    if not src.exists():
+        raise ConfigError(f"chapter {chapter!r}: source {src} does not exist yet")
+    nb = jupytext.read(src)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def notebook_parameters(nb) -> dict[str, dict]:
+    """Names, defaults and comments of the cell tagged ``parameters`` (via papermill)."""
+    import nbformat
+    import papermill
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "nb.ipynb"
+        nbformat.write(nb, path)
+        params = papermill.inspect_notebook(str(path))
+    if not params:
+        raise ConfigError("the notebook has no cell tagged 'parameters'")
+    return params
+
+
+def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> tuple[Any, Any]:
+    """Check chapter, parameter names and values; return (notebook, resolved config)."""
+    from memlab.config import resolve
+
+    if chapter not in CHAPTERS:
+        raise ConfigError(f"chapter {chapter!r}: must be one of {', '.join(CHAPTERS)}")
+    if profile not in PROFILES:
+        raise ConfigError(f"parameter 'profile': must be one of {', '.join(PROFILES)} (got {profile!r})")
+    nb = notebook_from_source(chapter, root)
+    allowed = notebook_parameters(nb)
+    for name in params:
+        if name not in allowed:
+            raise ConfigError(
+                f"parameter {name!r}: not a parameter of chapter {chapter!r}; allowed: {', '.join(sorted(allowed))}"
+            )
+    data_env = os.environ.get("MEMLAB_DATA_ROOT")
+    if data_env and not Path(data_env).expanduser().is_dir():
+        raise ConfigError(f"parameter 'data_root': MEMLAB_DATA_ROOT={data_env!r} is not a folder")
+    overrides = {k: v for k, v in params.items() if k not in ("profile",)}
+    cfg = resolve(chapter, profile=profile, **overrides)
+    return nb, cfg
+
+
+def _failing_cell(err: BaseException) -> str:
+    index = getattr(err, "exec_count", None) or getattr(err, "cell_index", None)
+    ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))
+    where = f"cell {index}" if index is not None else "a cell"
+    return f"{where}: {ename}: {str(evalue).strip().splitlines()[-1] if str(evalue).strip() else ''}"
+
+
+def _publish(staging: Path, book: Path, chapter: str) -> None:
+    """Move a successful run's outputs from ``staging`` into ``book`` (figures replaced whole)."""
+    for sub, name in (("chapters", f"{chapter}.ipynb"), ("results", f"{chapter}.json")):
+        src = staging / sub / name
+        if not src.exists():
+            raise RunError(f"chapter {chapter!r}: the run wrote no {sub}/{name} (did it call run.save()?)")
+        (book / sub).mkdir(parents=True, exist_ok=True)
+        os.replace(src, book / sub / name)
+    fig_src, fig_dst = staging / "figures" / chapter, book / "figures" / chapter
+    if fig_dst.exists():
+        shutil.rmtree(fig_dst)
+    if fig_src.exists():
+        (book / "figures").mkdir(parents=True, exist_ok=True)
+        shutil.move(str(fig_src), str(fig_dst))
+
+
+def run_chapter(
+    chapter: str,
+    profile: str = DEFAULT_PROFILE,
+    params: dict[str, Any] | None = None,
+    book_dir: Path | None = None,
+    no_cache: bool = False,
+    allow_download: bool = False,
+    log_output: bool = False,
+) -> Path:
+    """Validate, execute with papermill, publish; returns the executed notebook's path."""
+    import nbformat
+    import papermill
+
+    root = repo_root()
+    params = dict(params or {})
+    nb, cfg = validate(chapter, profile, params, root)
+    book = Path(book_dir) if book_dir else root / "book"
+    book.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".staging-{chapter}-", dir=book))
+    env_before = dict(os.environ)
+    try:
+        os.environ["MEMLAB_OUTPUT_DIR"] = str(staging)
+        if no_cache:
+            os.environ["MEMLAB_NO_CACHE"] = "1"
+        if not allow_download:
+            os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        (staging / "chapters").mkdir()
+        src_nb = staging / "source.ipynb"
+        nbformat.write(nb, src_nb)
+        out_nb = staging / "chapters" / f"{chapter}.ipynb"
+        parameters = {"profile": profile, **params}
+        start = time.perf_counter()
+        try:
+            papermill.execute_notebook(
+                str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
+                progress_bar=False, log_output=log_output, report_mode=False,
+            )
+        except papermill.PapermillExecutionError as err:
+            failed = root / "_build" / "failed" / f"{chapter}.ipynb"
+            failed.parent.mkdir(parents=True, exist_ok=True)
+            if out_nb.exists():
+                shutil.copy(out_nb, failed)
+            raise RunError(f"chapter {chapter!r} failed in {_failing_cell(err)} (executed notebook: {failed})") from None
+        src_nb.unlink()
+        _publish(staging, book, chapter)
+        print(f"{chapter}: ran at profile {profile} in {time.perf_counter() - start:.0f} s -> {book / 'chapters' / (chapter + '.ipynb')}")
+    finally:
+        os.environ.clear()
+        os.environ.update(env_before)
+        shutil.rmtree(staging, ignore_errors=True)
+    return book / "chapters" / f"{chapter}.ipynb"
+
+
+# ----------------------------------------------------------------------------- rendering
+
+def write_scorecard(book: Path) -> Path:
+    """``book/scorecard.md``: every chapter's claim verdicts, from its results file."""
+    from memlab.paper import VERDICTS
+    from memlab.results import load_results
+
+    lines = [
+        "# Scorecard",
+        "",
+        "Every claim the chapters test, with its verdict at the profile that produced the published page. "
+        "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
+        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU).",
+        "",
+        "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " |",
+        "|---|---|" + "---|" * len(VERDICTS),
+    ]
+    details = []
+    for cid, ch in CHAPTERS.items():
+        res = load_results(cid, book)
+        if res is None:
+            lines.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " |")
+            continue
+        counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
+        lines.append(f"| [{ch.title}](chapters/{cid}.ipynb) | `{res['profile']}` | "
+                     + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+        details += ["", f"## {ch.title}", "", "| Claim | Paper source | Verdict | Our numbers |", "|---|---|---|---|"]
+        for c in res.get("claims", []):
+            cells = [str(c.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in ("claim", "source", "verdict", "evidence")]
+            details.append("| " + " | ".join(cells) + " |")
+    path = book / "scorecard.md"
+    path.write_text("\n".join(lines + details) + "\n")
+    return path
+
+
+def _filtered_toc(toc: dict, root: Path) -> tuple[dict, list[str]]:
+    """The table of contents without chapters that have not been executed."""
+    skipped = []
+    for part in toc.get("parts", []):
+        kept = []
+        for entry in part.get("chapters", []):
+            f = entry.get("file", "")
+            if any((root / f"{f}{ext}").exists() for ext in (".md", ".ipynb", ".rst", "")):
+                kept.append(entry)
+            else:
+                skipped.append(f)
+        part["chapters"] = kept
+    toc["parts"] = [p for p in toc.get("parts", []) if p["chapters"]]
+    return toc, skipped
+
+
+def render(root: Path | None = None, out: Path | None = None) -> Path:
+    """Build the HTML book from the executed chapters (never re-executes); returns index.html."""
+    root = Path(root) if root else repo_root()
+    out = Path(out) if out else root / "_build"
+    write_scorecard(root / "book")
+    with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
+        stage = Path(tmp)
+        shutil.copy(root / "_config.yml", stage / "_config.yml")
+        shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
+        toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), root)
+        for f in skipped:
+            print(f"render: {f} has not been run; left out of this build")
+        (stage / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+        cmd = ["jupyter-book", "build", str(stage), "--path-output", str(stage), "-W", "-n", "--keep-going"]
+        exe = Path(sys.executable).parent / "jupyter-book"
+        if exe.exists():
+            cmd[0] = str(exe)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-6000:])
+            raise RunError("the book did not build cleanly (warnings are errors); see the messages above")
+        html = out / "html"
+        if html.exists():
+            shutil.rmtree(html)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(stage / "_build" / "html", html)
+    index = html / "index.html"
+    print(f"book: {index}")
+    return index
+
+
+# ----------------------------------------------------------------------------- entry point
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="memlab", description="Run the chapters of the memorization & unlearning book.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="execute one chapter with papermill")
+    r.add_argument("chapter", help="chapter id: " + ", ".join(CHAPTERS))
+    r.add_argument("--profile", default=DEFAULT_PROFILE, help="smoke | cpu | paper (default cpu)")
+    r.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="override a parameter (value parsed as YAML: 3, 0.5, [1, 2], none)")
+    r.add_argument("--no-cache", action="store_true", help="re-train instead of loading cached models")
+    r.add_argument("--allow-download", action="store_true", help="let loaders reach the network (hub, torchvision)")
+    r.add_argument("--book-dir", default=None, help="where chapters/, results/, figures/ go (default book/)")
+    r.add_argument("--log-output", action="store_true", help="stream the notebook's output while it runs")
+    b = sub.add_parser("book", help="run every chapter, then render the HTML book")
+    b.add_argument("--profile", default=DEFAULT_PROFILE)
+    b.add_argument("--chapters", nargs="*", default=None, help="subset of chapter ids (default all)")
+    b.add_argument("--no-cache", action="store_true")
+    rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
+    rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
+    sub.add_parser("list", help="list the chapters and their parameters")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            names = [n for n, _ in args.param]
+            dup = {n for n in names if names.count(n) > 1}
+            if dup:
+                raise ConfigError(f"parameter {sorted(dup)[0]!r}: given more than once")
+            params = {n: parse_value(v) for n, v in args.param}
+            run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
+                        args.log_output)
+        elif args.command == "book":
+            chapters = args.chapters or list(CHAPTERS)
+            for c in chapters:  # validate all before running any
+                validate(c, args.profile, {}, repo_root())
+            for c in chapters:
+                run_chapter(c, args.profile, {}, None, args.no_cache)
+            render()
+        elif args.command == "render":
+            render(Path(args.root) if args.root else None)
+        elif args.command == "list":
+            from memlab.config import chapter_module
+
+            for cid, ch in CHAPTERS.items():
+                print(f"{cid}: {ch.title}")
+                try:
+                    for name, p in chapter_module(cid).SPEC.items():
+                        print(f"    {name}: {p.doc or p.kind.__name__} (default {p.default})")
+                except ImportError as e:
+                    print(f"    (not available: {e})")
+        return 0
+    except ConfigError as e:
+        print(f"memlab: error: {e}", file=sys.stderr)
+        return 2
+    except RunError as e:
+        print(f"memlab: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

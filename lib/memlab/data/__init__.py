@@ -1,0 +1,1 @@
+"""Data access: CIFAR images, text corpora and tokenizers, synthetic sets, splits."""

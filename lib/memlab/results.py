@@ -1,0 +1,174 @@
+"""Chapter results and their provenance: ``<book>/results/<chapter>.json``.
+
+The output folder is ``$MEMLAB_OUTPUT_DIR`` when the chapter runner sets it
+(a staging folder that replaces the published outputs only when the whole
+chapter succeeded), else the repository's ``book/``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import memlab
+from memlab.config import Config, device, repo_root
+
+
+def output_dir() -> Path:
+    """Root of the chapter outputs (``results/``, ``figures/`` below it)."""
+    env = os.environ.get("MEMLAB_OUTPUT_DIR")
+    return Path(env).expanduser() if env else repo_root() / "book"
+
+
+def results_path(chapter: str) -> Path:
+    return output_dir() / "results" / f"{chapter}.json"
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Numbers, strings, lists and dicts only; numpy/torch scalars and arrays converted; NaN -> None."""
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if hasattr(obj, "to_dict") and not isinstance(obj, type):
+        try:
+            return to_jsonable(obj.to_dict())
+        except TypeError:
+            pass
+    if hasattr(obj, "tolist"):  # numpy / torch arrays and scalars
+        return to_jsonable(obj.tolist())
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return None if not math.isfinite(float(obj)) else float(obj)
+    if obj is None or isinstance(obj, str):
+        return obj
+    return repr(obj)
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit (with ``+dirty`` for uncommitted changes), or 'unknown'."""
+    try:
+        root = repo_root()
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lib", "notebooks"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return sha.stdout.strip() + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
+    """Where a result came from: commit, versions, device, wall time, date."""
+    import torch
+
+    try:
+        import transformers
+
+        tv = transformers.__version__
+    except ImportError:  # pragma: no cover - pinned dependency
+        tv = None
+    dev = device()
+    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor() or platform.machine()
+    return {
+        "git_commit": git_commit(),
+        "memlab_version": memlab.__version__,
+        "profile": profile,
+        "device": f"{dev.type} ({name})",
+        "cpu_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": tv,
+        "numpy": np.__version__,
+        "wall_time_s": round(float(wall_time_s), 1),
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and a rename, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(to_jsonable(data), f, indent=1, sort_keys=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Run:
+    """One chapter run: holds its config, the metrics the notebook fills, and the clock."""
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.chapter = cfg.chapter
+        self.metrics: dict[str, Any] = {}
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def record(self, **metrics: Any) -> None:
+        """Add metrics (JSON-able after :func:`to_jsonable`)."""
+        self.metrics.update(metrics)
+
+    def payload(self, claims: list[dict] | None = None) -> dict[str, Any]:
+        from memlab.chapters import CHAPTERS
+
+        return {
+            "chapter": self.chapter,
+            "title": CHAPTERS[self.chapter].title if self.chapter in CHAPTERS else self.chapter,
+            "profile": self.cfg.profile,
+            "params": self.cfg.to_dict(),
+            "metrics": self.metrics,
+            "claims": claims or [],
+            "provenance": provenance(self.cfg.profile, self.elapsed()),
+        }
+
+    def save(self, claims: list[dict] | None = None) -> Path:
+        """Write ``results/<chapter>.json`` (metrics, params, claims, provenance) atomically."""
+        path = results_path(self.chapter)
+        write_json_atomic(path, self.payload(claims))
+        return path
+
+    def provenance_box(self) -> None:
+        """Show, in the notebook, which profile and parameters produced this page."""
+        from IPython.display import Markdown, display
+
+        display(Markdown(provenance_markdown(self.cfg)))
+
+
+def provenance_markdown(cfg: Config) -> str:
+    """A MyST admonition naming the profile, the parameters and the code version."""
+    p = provenance(cfg.profile, 0.0)
+    params = ", ".join(f"`{k}={v}`" for k, v in cfg.items())
+    return (
+        f":::{{admonition}} Provenance: profile `{cfg.profile}`\n:class: note\n\n"
+        f"Produced at the **{cfg.profile}** profile with {params}.  \n"
+        f"Code: commit `{p['git_commit']}`, memlab {p['memlab_version']}, torch {p['torch']}, "
+        f"transformers {p['transformers']}; device {p['device']}; run on {p['date']}.  \n"
+        f"Re-run: `memlab run {cfg.chapter} --profile {cfg.profile}` (add `-p name value` to change a parameter). "
+        "The wall time is in the chapter's results file.\n:::"
+    )
+
+
+def load_results(chapter: str, book_dir: Path | None = None) -> dict | None:
+    """The saved results of a chapter, or None when it has not been run."""
+    path = (book_dir or output_dir()) / "results" / f"{chapter}.json"
+    return json.loads(path.read_text()) if path.exists() else None

@@ -1,0 +1,125 @@
+"""The training and evaluation loops the vision chapters share.
+
+Images are float tensors (N, C, H, W) already normalised; labels int64 (N,).
+Training uses SGD with momentum, cosine learning-rate decay, optional CIFAR
+augmentation (random crop with 4-pixel padding, horizontal flip) done on the
+tensor batch, and bf16 autocast on CUDA.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memlab.config import autocast
+from memlab.progress import progress
+
+
+def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Random 4-pixel-padded crop and horizontal flip of a (B, C, H, W) batch."""
+    b, _, h, w = x.shape
+    padded = F.pad(x, (4, 4, 4, 4), mode="reflect")
+    dx = torch.randint(0, 9, (b,), generator=generator)
+    dy = torch.randint(0, 9, (b,), generator=generator)
+    flip = torch.rand(b, generator=generator) < 0.5
+    rows = (dy[:, None] + torch.arange(h)[None, :]).to(x.device)  # (B, H)
+    cols = (dx[:, None] + torch.arange(w)[None, :]).to(x.device)  # (B, W)
+    cols = torch.where(flip.to(x.device)[:, None], cols.flip(1), cols)
+    idx_b = torch.arange(b, device=x.device)[:, None, None]
+    out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
+    return out.permute(0, 3, 1, 2).contiguous()
+
+
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def train_classifier(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int = 128,
+    lr: float = 0.1,
+    momentum: float = 0.9,
+    weight_decay: float = 5e-4,
+    augment: bool = True,
+    seed: int = 0,
+    desc: str = "train",
+    on_epoch_end: Callable[[int, nn.Module], None] | None = None,
+) -> list[float]:
+    """Train ``model`` in place with cross-entropy; returns the mean loss of each epoch.
+
+    x: (N, C, H, W) float images; y: (N,) int64 labels.
+    """
+    if epochs < 1 or batch_size < 1 or len(x) == 0:
+        raise ValueError("train_classifier: epochs, batch_size and the data set must be positive")
+    dev = model_device(model)
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    steps_per_epoch = math.ceil(len(x) / batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
+    losses = []
+    bar = progress(total=epochs * steps_per_epoch, desc=desc)
+    for epoch in range(epochs):
+        model.train()
+        perm = torch.randperm(len(x), generator=g)
+        total, count = 0.0, 0
+        for i in range(0, len(x), batch_size):
+            idx = perm[i : i + batch_size]
+            xb, yb = x[idx], y[idx]
+            if augment:
+                xb = augment_batch(xb, g)
+            xb, yb = xb.to(dev, non_blocking=True), yb.to(dev, non_blocking=True)
+            with autocast(dev):
+                loss = F.cross_entropy(model(xb), yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += loss.item() * len(idx)
+            count += len(idx)
+            bar.update(1)
+        losses.append(total / count)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, model)
+    bar.close()
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def predict_logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """(N, num_classes) float32 logits of ``model`` in eval mode, on the CPU."""
+    was_training = model.training
+    model.eval()
+    dev = model_device(model)
+    out = []
+    for i in range(0, len(x), batch_size):
+        with autocast(dev):
+            out.append(model(x[i : i + batch_size].to(dev)).float().cpu())
+    model.train(was_training)
+    return torch.cat(out) if out else torch.empty(0)
+
+
+@torch.no_grad()
+def features(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    """(N, D) penultimate features from ``model.features`` in eval mode, on the CPU."""
+    was_training = model.training
+    model.eval()
+    dev = model_device(model)
+    out = [model.features(x[i : i + batch_size].to(dev)).float().cpu() for i in range(0, len(x), batch_size)]
+    model.train(was_training)
+    return torch.cat(out) if out else torch.empty(0)
+
+
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+    """Top-1 accuracy in [0, 1] of ``model`` (eval mode) on (N, C, H, W) images and (N,) labels."""
+    if len(x) == 0:
+        return float("nan")
+    pred = predict_logits(model, x, batch_size).argmax(1)
+    return float((pred == y.cpu()).float().mean())

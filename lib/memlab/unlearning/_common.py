@@ -1,0 +1,77 @@
+"""Pieces the chapter-1 unlearning methods share: hyperparameters, batches, BN mode, losses.
+
+Every method has the signature ``fn(model, splits, cfg) -> nn.Module``. It
+returns a new model and leaves ``model`` untouched. ``splits`` holds the
+forget and retain training tensors (images (N, C, H, W) normalised, labels
+(N,) int64); ``cfg`` is a dict (or any mapping) of the method's
+hyperparameters, whose allowed keys and defaults each module documents in its
+``DEFAULTS``. Missing keys take the default; unknown keys are an error.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def hparams(cfg: Mapping[str, Any] | None, defaults: Mapping[str, Any], method: str) -> dict[str, Any]:
+    """Merge ``cfg`` into ``defaults``; raise ValueError on an unknown key or a negative number."""
+    given = dict(cfg or {})
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise ValueError(f"{method}: unknown hyperparameter {unknown[0]!r}; allowed: {', '.join(sorted(defaults))}")
+    hp = {**defaults, **given}
+    for k, v in hp.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+            raise ValueError(f"{method}: hyperparameter {k!r} must be >= 0 (got {v!r})")
+    return hp
+
+
+def fresh_copy(model: nn.Module) -> nn.Module:
+    """A deep copy with gradients cleared, so the caller's model is never modified."""
+    net = copy.deepcopy(model)
+    for p in net.parameters():
+        p.grad = None
+        p.requires_grad_(True)
+    return net
+
+
+def device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def set_bn_mode(model: nn.Module, mode: str) -> None:
+    """'train': BN normalises with batch statistics and updates its running stats (EMA);
+    'eval': BN uses and keeps its stored running statistics."""
+    if mode not in ("train", "eval"):
+        raise ValueError(f"bn mode must be 'train' or 'eval' (got {mode!r})")
+    model.train(mode == "train")
+
+
+def index_stream(n: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Endless (B,) index batches over range(n): reshuffled each pass, last partial batch kept."""
+    if n == 0:
+        raise ValueError("cannot draw batches from an empty split")
+    while True:
+        perm = torch.randperm(n, generator=generator)
+        for i in range(0, n, batch_size):
+            yield perm[i : i + batch_size]
+
+
+def sgd(model: nn.Module, lr: float, momentum: float = 0.9, weight_decay: float = 5e-4, params=None):
+    return torch.optim.SGD(model.parameters() if params is None else params, lr=lr, momentum=momentum,
+                           weight_decay=weight_decay)
+
+
+def distill_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """KL(teacher || student) on temperature-softened (B, K) logits, scaled by T^2 (Hinton et al.)."""
+    t = temperature
+    return F.kl_div(F.log_softmax(student_logits / t, 1), F.softmax(teacher_logits / t, 1),
+                    reduction="batchmean") * t * t
+
+
+def take(x: torch.Tensor, idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    return x[idx].to(dev, non_blocking=True)

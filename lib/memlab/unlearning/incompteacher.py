@@ -1,0 +1,32 @@
+"""IncompTeacher: the forget-side half of Bad Teacher, run with BN in train mode.
+
+The paper lists it apart from BadTeacher. Our reading: the student is
+distilled only toward the randomly initialised (incompetent) teacher on
+forget batches, without the competent-teacher retain term, and BN is left in
+train mode, so forget batches also overwrite the running statistics (BN
+*corruption*, where BadTeacher shows *misalignment*).
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from memlab.unlearning._common import hparams
+from memlab.unlearning.badteacher import teacher_distillation
+from memlab.unlearning.registry import register
+
+DEFAULTS = {
+    "epochs": 1,
+    "lr": 1e-4,
+    "kd_T": 1.0,
+    "batch_size": 256,
+    "max_steps": 0,
+    "seed": 0,
+}
+
+
+@register("IncompTeacher", bn_mode="train")
+def incompteacher(model: nn.Module, splits, cfg=None) -> nn.Module:
+    """cfg keys: epochs, lr, kd_T, batch_size, max_steps, seed."""
+    hp = hparams(cfg, DEFAULTS, "IncompTeacher")
+    return teacher_distillation(model, splits, {**hp, "retain_fraction": 0.0}, use_competent=False, bn_mode="train",
+                                desc="IncompTeacher")

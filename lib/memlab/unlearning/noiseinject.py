@@ -1,0 +1,96 @@
+"""NoiseInject: UNSIR-style error-maximising noise, impair then repair (Tarun et al., 2023).
+
+1. Noise: for every forget class c, a batch of images is optimised (model
+   frozen, eval mode) to *maximise* the loss of class c, with an L2 penalty
+   keeping it bounded.
+2. Impair: SGD with a high learning rate on the noise (labelled c) shuffled
+   with a subset of retain images, BN in train mode.
+3. Repair: SGD on the retain subset alone, BN in train mode.
+The paper calls its version a simplified noise injection in the style of
+Chundawat et al.; the retain subset is ``retain_per_class`` images per class.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memlab.progress import progress
+from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning.registry import register
+
+DEFAULTS = {
+    "noise_batch": 256,        # noise images per forget class
+    "noise_steps": 50,
+    "noise_lr": 0.1,           # Adam, as in the reference
+    "noise_l2": 0.1,           # weight of the mean squared-norm penalty
+    "retain_per_class": 1000,  # retain subset used for impair and repair
+    "impair_epochs": 1,
+    "impair_lr": 0.02,
+    "repair_epochs": 1,
+    "repair_lr": 0.01,
+    "batch_size": 256,
+    "seed": 0,
+}
+
+
+def error_maximising_noise(model: nn.Module, label: int, shape: tuple[int, ...], *, steps: int, lr: float,
+                           l2: float, seed: int) -> torch.Tensor:
+    """(B, C, H, W) noise that maximises CE of ``model`` for class ``label`` (model in eval mode)."""
+    dev = device_of(model)
+    g = torch.Generator().manual_seed(seed)
+    noise = torch.randn(shape, generator=g).to(dev).requires_grad_(True)
+    opt = torch.optim.Adam([noise], lr=lr)
+    model.eval()
+    target = torch.full((shape[0],), label, dtype=torch.long, device=dev)
+    for _ in range(steps):
+        loss = -F.cross_entropy(model(noise), target) + l2 * noise.pow(2).sum((1, 2, 3)).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    model.zero_grad(set_to_none=True)
+    return noise.detach().cpu()
+
+
+def _class_subset(y: torch.Tensor, per_class: int, g: torch.Generator) -> torch.Tensor:
+    idx = []
+    for c in y.unique():
+        members = (y == c).nonzero().flatten()
+        idx.append(members[torch.randperm(len(members), generator=g)[:per_class]])
+    return torch.cat(idx)
+
+
+def _sgd_epochs(net, x, y, *, epochs, lr, batch_size, g, desc):
+    dev = device_of(net)
+    opt = sgd(net, lr)
+    steps = epochs * -(-len(x) // batch_size)
+    batches = index_stream(len(x), batch_size, g)
+    set_bn_mode(net, "train")
+    for _ in progress(range(steps), desc=desc):
+        idx = next(batches)
+        loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+
+@register("NoiseInject", bn_mode="train")
+def noiseinject(model: nn.Module, splits, cfg=None) -> nn.Module:
+    """cfg keys: noise_batch, noise_steps, noise_lr, noise_l2, retain_per_class, impair_epochs, impair_lr,
+    repair_epochs, repair_lr, batch_size, seed."""
+    hp = hparams(cfg, DEFAULTS, "NoiseInject")
+    net = fresh_copy(model)
+    g = torch.Generator().manual_seed(hp["seed"])
+    shape = (hp["noise_batch"], *splits.forget_x.shape[1:])
+    noises, labels = [], []
+    for c in splits.forget_y.unique().tolist():
+        noises.append(error_maximising_noise(net, c, shape, steps=hp["noise_steps"], lr=hp["noise_lr"],
+                                             l2=hp["noise_l2"], seed=hp["seed"] + c))
+        labels.append(torch.full((hp["noise_batch"],), c, dtype=torch.long))
+    sub = _class_subset(splits.retain_y, hp["retain_per_class"], g)
+    rx, ry = splits.retain_x[sub], splits.retain_y[sub]
+    _sgd_epochs(net, torch.cat([*noises, rx]), torch.cat([*labels, ry]), epochs=hp["impair_epochs"],
+                lr=hp["impair_lr"], batch_size=hp["batch_size"], g=g, desc="NoiseInject (impair)")
+    _sgd_epochs(net, rx, ry, epochs=hp["repair_epochs"], lr=hp["repair_lr"], batch_size=hp["batch_size"], g=g,
+                desc="NoiseInject (repair)")
+    return net.eval()

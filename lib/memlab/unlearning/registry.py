@@ -1,0 +1,80 @@
+"""The registry of unlearning methods: name -> function(model, splits, cfg) -> model.
+
+Each method also records how it treats BatchNorm during unlearning, which
+decides whether it corrupts running statistics (train mode: forget data flows
+through the EMA) or misaligns them (eval mode: weights move, statistics stay).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+
+BN_MODES = ("train", "eval", "mixed", "n/a")
+
+
+@dataclass
+class Splits:
+    """Data an unlearning method may use; images (N, C, H, W) normalised, labels (N,) int64."""
+
+    forget_x: torch.Tensor
+    forget_y: torch.Tensor
+    retain_x: torch.Tensor
+    retain_y: torch.Tensor
+    num_classes: int
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    fn: Callable[[nn.Module, Splits, Mapping[str, Any]], nn.Module]
+    bn_mode: str
+    doc: str
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(name: str, bn_mode: str):
+    """Decorator adding an unlearning function to the registry under ``name``."""
+    if bn_mode not in BN_MODES:
+        raise ValueError(f"parameter 'bn_mode': must be one of {BN_MODES} (got {bn_mode!r})")
+
+    def deco(fn):
+        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+            raise ValueError(f"unlearning method {name!r} is registered twice")
+        _REGISTRY[name] = Method(name, fn, bn_mode, (fn.__doc__ or "").strip().split("\n")[0])
+        return fn
+
+    return deco
+
+
+def _load_all() -> None:
+    import importlib
+    import pkgutil
+
+    import memlab.unlearning as pkg
+
+    for info in pkgutil.iter_modules(pkg.__path__):
+        if info.name != "registry" and not info.name.startswith("_"):
+            importlib.import_module(f"memlab.unlearning.{info.name}")
+
+
+def get(name: str) -> Method:
+    """The registered method ``name``; an unknown name raises ValueError listing the allowed ones."""
+    _load_all()
+    if name not in _REGISTRY:
+        raise ValueError(f"parameter 'method': unknown unlearning method {name!r}; allowed: {', '.join(names())}")
+    return _REGISTRY[name]
+
+
+def names() -> list[str]:
+    """Names of all registered methods."""
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def bn_mode(name: str) -> str:
+    return get(name).bn_mode

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create .venv (if needed) and install memlab with its pinned dependencies.
+# Idempotent: a second run only checks that everything is installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+# torch and torchvision first and alone, so pip resolves them from the pinned wheels.
+.venv/bin/python -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
+.venv/bin/python -m pip install --quiet -e ".[test]"
+# The browser test drives Debian's Chromium; install it when we can (root on Debian).
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing Debian's chromium for the browser test"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+      || echo "setup: could not install chromium; the browser test will be skipped outside CI"
+  else
+    echo "setup: chromium not found; install it (e.g. apt-get install chromium) to run the browser test"
+  fi
+fi
+echo "setup: ready ($(.venv/bin/python -c 'import torch, memlab; print("torch", torch.__version__, "memlab", memlab.__version__)'))"

@@ -1,0 +1,145 @@
+"""Unit tests of memlab.sde: HSIC closed forms, the vectorised shuffles, the decision, the baselines."""
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from memlab import sde
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def trace_hsic(x, y, sx, sy):
+    """Direct textbook formula: trace(K H L H) / (n-1)^2 with an explicit centring matrix."""
+    n = len(x)
+    k = np.exp(-cdist(x, x, "sqeuclidean") / (2 * sx**2))
+    l = np.exp(-cdist(y, y, "sqeuclidean") / (2 * sy**2))
+    h = np.eye(n) - np.ones((n, n)) / n
+    return np.trace(k @ h @ l @ h) / (n - 1) ** 2
+
+
+def test_hsic_matches_trace_formula():
+    x, y = rng(0).normal(size=(30, 5)), rng(1).normal(size=(30, 3))
+    assert sde.hsic(x, y) == pytest.approx(trace_hsic(x, y, np.sqrt(5), np.sqrt(3)), rel=1e-10)
+    assert sde.hsic(x, y, 0.7, 2.0) == pytest.approx(trace_hsic(x, y, 0.7, 2.0), rel=1e-10)
+
+
+def test_hsic_two_far_clusters_closed_form():
+    # K = L = blockdiag(1_2x1_2): HKH = K - 1/2, so trace(KHLH) = 8 * 1/2 = 4, HSIC = 4 / 3^2.
+    x = np.array([[0.0], [0.0], [100.0], [100.0]])
+    assert sde.hsic(x, x, 1.0, 1.0) == pytest.approx(4 / 9, abs=1e-12)
+
+
+def test_hsic_constant_input_is_zero_and_independent_is_small():
+    x = rng(0).normal(size=(200, 4))
+    assert sde.hsic(x, np.ones((200, 2))) == pytest.approx(0.0, abs=1e-15)
+    dep = sde.hsic(x, x)
+    indep = sde.hsic(x, rng(1).normal(size=(200, 4)))
+    assert indep >= 0 and dep > 20 * indep
+
+
+def test_hsic_invariant_to_joint_permutation_not_to_single():
+    x, y = rng(0).normal(size=(40, 3)), None
+    y = x + 0.1 * rng(1).normal(size=(40, 3))
+    p = rng(2).permutation(40)
+    assert sde.hsic(x[p], y[p]) == pytest.approx(sde.hsic(x, y), rel=1e-12)
+    assert sde.hsic(x, y[p]) < 0.5 * sde.hsic(x, y)
+
+
+def test_split_half_matches_loop_reference():
+    x = rng(3).normal(size=(41, 7))  # odd n: one sample dropped
+    fast = sde.split_half_dependence(x, n_shuffles=37, seed=5, chunk=8)
+    slow = sde.split_half_dependence_loop(x, n_shuffles=37, seed=5)
+    assert fast.shape == (37,)
+    np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(fast, sde.split_half_dependence(x, n_shuffles=37, seed=5))
+    assert not np.allclose(fast, sde.split_half_dependence(x, n_shuffles=37, seed=6))
+
+
+def test_split_half_values_are_hsic_of_halves():
+    x = rng(4).normal(size=(20, 3))
+    vals = sde.split_half_dependence(x, n_shuffles=5, seed=1, sigma=1.3)
+    # Every shuffle value is an HSIC between the first half and a re-ordering of the second.
+    r = np.random.default_rng(1)
+    a, b = sde.split_halves(20, int(r.integers(2**32)))
+    perms = [r.permutation(10) for _ in range(5)]
+    expect = [sde.hsic(x[a], x[b][p], 1.3, 1.3) for p in perms]
+    np.testing.assert_allclose(vals, expect, rtol=1e-10)
+
+
+def test_decide_picks_nearer_reference():
+    r = rng(5)
+    in_ref, out_ref = r.normal(1.0, 0.1, 200), r.normal(0.0, 0.1, 200)
+    assert sde.decide(r.normal(0.02, 0.1, 200), in_ref, out_ref)["out"]
+    assert not sde.decide(r.normal(0.98, 0.1, 200), in_ref, out_ref)["out"]
+    # Disjoint from both references: both JSDs saturate at 1 bit; the nearer median decides.
+    far = sde.decide(np.full(200, 0.4), in_ref, out_ref)
+    assert far["jsd_out"] == pytest.approx(1.0) and far["jsd_in"] == pytest.approx(1.0) and far["out"]
+
+
+def test_js_divergence_bounds():
+    edges = np.linspace(0, 1, 11)
+    a = rng(0).uniform(0, 0.5, 100)
+    assert sde.js_divergence(a, a, edges) == pytest.approx(0.0, abs=1e-12)
+    assert sde.js_divergence(a, a + 0.5, edges) == pytest.approx(1.0)
+
+
+def test_mmd_and_wasserstein_closed_forms():
+    x = rng(6).normal(size=(50, 4))
+    assert sde.mmd2(x, x) == pytest.approx(0.0, abs=1e-12)
+    c = np.array([3.0, 0.0, 4.0, 0.0])
+    assert sde.wasserstein(x, x + c) == pytest.approx(5.0, rel=1e-9)
+    y = rng(7).normal(size=(30, 4)) + 1.0
+    k = lambda a, b: np.exp(-cdist(a, b, "sqeuclidean") / (2 * 4))
+    ref = k(x, x).mean() + k(y, y).mean() - 2 * k(x, y).mean()
+    assert sde.mmd2(x, y) == pytest.approx(ref, rel=1e-10)
+
+
+def test_distance_test_direction():
+    r = rng(8)
+    in_ref, out_ref = r.normal(size=(40, 3)) + 5, r.normal(size=(40, 3))
+    for metric in ("mmd", "wasserstein"):
+        assert sde.distance_test(r.normal(size=(40, 3)), in_ref, out_ref, metric)["out"]
+        assert not sde.distance_test(r.normal(size=(40, 3)) + 5, in_ref, out_ref, metric)["out"]
+
+
+def test_sde_test_on_synthetic_shared_component():
+    # Subsets sharing a common component (like trained-on outputs pulled toward one
+    # solution) differ in dependence distribution from a broad one; a target drawn
+    # like out_ref is judged out.
+    r = rng(9)
+    tight = lambda: r.normal(size=(60, 4)) * 0.3
+    broad = lambda: r.normal(size=(60, 4)) * 3.0
+    res = sde.sde_test(broad(), tight(), broad(), n_shuffles=50)
+    assert res["out"] and res["h_target"].shape == (50,)
+    assert not sde.sde_test(tight(), tight(), broad(), n_shuffles=50)["out"]
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (np.full((10, 3), np.nan), "NaN or infinite"),
+    (np.array([[np.inf, 0.0]] * 10), "NaN or infinite"),
+    (np.zeros((3, 2)), "at least 4"),
+    (np.zeros((2, 2, 2)), "2-D"),
+])
+def test_bad_features(bad, msg):
+    with pytest.raises(ValueError, match=msg):
+        sde.split_half_dependence(bad)
+    with pytest.raises(ValueError, match=msg):
+        sde.hsic(bad, bad)
+
+
+def test_bad_arguments():
+    x = rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match="n_shuffles"):
+        sde.split_half_dependence(x, n_shuffles=0)
+    with pytest.raises(ValueError, match="sigma"):
+        sde.split_half_dependence(x, sigma=-1.0)
+    with pytest.raises(ValueError, match="same size"):
+        sde.sde_test(x, x[:8], x)
+    with pytest.raises(ValueError, match="same number"):
+        sde.hsic(x, x[:8])
+    with pytest.raises(ValueError, match="same size"):
+        sde.wasserstein(x, x[:8])
+    with pytest.raises(ValueError, match="metric"):
+        sde.distance_test(x, x, x, "kl")
