@@ -35,6 +35,8 @@ class RunError(RuntimeError):
 
 def parse_value(text: str) -> Any:
     """A command-line value as YAML (``3`` -> int, ``0.5`` -> float, ``[a, b]`` -> list, ``none`` -> None)."""
+    if text.strip().lower() in ("none", "null", "~"):
+        return None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -53,18 +55,25 @@ def notebook_from_source(chapter: str, root: Path) -> "nbformat.NotebookNode":  
     return nb
 
 
-def notebook_parameters(nb) -> dict[str, dict]:
-    """Names, defaults and comments of the cell tagged ``parameters`` (via papermill)."""
-    import nbformat
-    import papermill
+def notebook_parameters(nb) -> dict[str, str]:
+    """Names of the parameters cell (tagged ``parameters``) with their source line.
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "nb.ipynb"
-        nbformat.write(nb, path)
-        params = papermill.inspect_notebook(str(path))
-    if not params:
+    Parsed with ``ast`` so annotations such as ``int | None`` are understood.
+    """
+    import ast
+
+    cells = [c for c in nb.cells if c.cell_type == "code" and "parameters" in c.metadata.get("tags", [])]
+    if not cells:
         raise ConfigError("the notebook has no cell tagged 'parameters'")
-    return params
+    names = {}
+    source = cells[0].source
+    lines = source.splitlines()
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for t in targets:
+            if isinstance(t, ast.Name):
+                names[t.id] = lines[node.lineno - 1].strip()
+    return names
 
 
 def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> tuple[Any, Any]:

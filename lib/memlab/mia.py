@@ -27,6 +27,10 @@ import torch
 
 from memlab.models.diffusion_lm import check_same_vocab, masked_nll
 
+# Which probe groups each score reads.
+NEEDS = {"loss": "cyclic", "min_k": "cyclic", "min_k_pp": "cyclic", "calibration": "cyclic", "secmi": "secmi",
+         "sama": "sama", "qskew": "cyclic", "qskew_no_cyclic": "random", "qskew_mean": "cyclic",
+         "qskew_no_weight": "cyclic"}
 SCORES: tuple[str, ...] = ("loss", "min_k", "min_k_pp", "calibration", "secmi", "sama", "qskew")
 ABLATIONS: tuple[str, ...] = ("qskew_no_cyclic", "qskew_mean", "qskew_no_weight")
 LABELS = {"loss": "Loss", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "calibration": "Calibration",
@@ -283,14 +287,16 @@ def make_probe(eligible: torch.Tensor, *, rho: float = 0.35, rounds: int = 5,
 
 
 def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Tensor | None = None,
-               batch_size: int = 64) -> dict[str, torch.Tensor]:
-    """Run ``masked_nll`` for every pattern of ``probe``.
+               batch_size: int = 64, groups=None) -> dict[str, torch.Tensor]:
+    """Run ``masked_nll`` for every pattern of ``probe`` (or only the named ``groups``).
 
     ids: (N, L). Returns {group: nll (N, P_group, L)} plus ``cyclic_mu`` and
     ``cyclic_sigma`` (N, P, L) for Min-K%++; NaN at unmasked positions.
     """
     out = {}
     for name, pats in probe.groups().items():
+        if groups is not None and name not in groups:
+            continue
         n, p, l = pats.shape
         rep_ids = ids.repeat_interleave(p, 0)
         rep_am = None if attention_mask is None else attention_mask.repeat_interleave(p, 0)

@@ -20,18 +20,23 @@ DEFAULTS = {
 
 
 def gradient_ascent(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float, batch_size: int,
-                    momentum: float, weight_decay: float, seed: int, desc: str = "GA") -> nn.Module:
-    """``steps`` SGD steps maximising CE on (x (N,C,H,W), y (N,)), BN in train mode, in place."""
+                    momentum: float, weight_decay: float, seed: int, desc: str = "GA", on_step=None) -> nn.Module:
+    """``steps`` SGD steps maximising CE on (x (N,C,H,W), y (N,)), BN in train mode, in place.
+
+    ``on_step(step, net)``, if given, is called after every step (1-based), e.g. to snapshot the model.
+    """
     dev = device_of(net)
     opt = sgd(net, lr, momentum, weight_decay)
     batches = index_stream(len(x), batch_size, torch.Generator().manual_seed(seed))
     set_bn_mode(net, "train")
-    for _ in progress(range(steps), desc=desc):
+    for step in progress(range(1, steps + 1), desc=desc):
         idx = next(batches)
         loss = -F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if on_step is not None:
+            on_step(step, net)
     return net.eval()
 
 

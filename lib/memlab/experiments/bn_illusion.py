@@ -1,0 +1,590 @@
+"""Chapter 1: the BatchNorm illusion in unlearning evaluation.
+
+The experiment functions the chapter notebook calls, its parameters (SPEC,
+CHECKS) and its claims. One code path serves the three profiles; only the
+sizes in SPEC and in METHOD_HPARAMS change.
+
+Data flow: :func:`load_data` -> :func:`original_model` (cached) ->
+:func:`unlearned_model` for every method (cached) -> :func:`audit`
+(Pre-F/Post-F/Pre-R/Post-R), :func:`linear_probe`, :func:`relearn_curve` ->
+the tables and figures of the paper.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from scipy import stats
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from torch import nn
+
+from memlab import bn, cache
+from memlab.config import ConfigError, Param, device, seed_everything
+from memlab.data import vision
+from memlab.models.resnet import resnet18
+from memlab.models.vit import vit_small
+from memlab.progress import progress
+from memlab.train import evaluate, features, train_classifier
+from memlab.unlearning import registry
+from memlab.unlearning._common import hparams
+from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
+from memlab.unlearning.ga import gradient_ascent
+from memlab.unlearning.registry import Splits
+
+CHAPTER = "01_bn_illusion"
+CODE_VERSION = "1"
+METHODS = ["Retrain", "SCRUB", "GA", "GA+FT", "SalUn", "BadTeacher", "IncompTeacher", "NoiseInject", "SSD", "PGU"]
+NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+OOD_SOURCES = ("patch_shuffle", "cifar100")
+
+SPEC: dict[str, Param] = {
+    "seed": Param(int, 0, low=0, doc="first seed; seeds are seed, seed+1, ..."),
+    "n_seeds": Param(int, {"smoke": 1, "cpu": 1, "paper": 3}, low=1, high=10, doc="seeds per Table 1 row"),
+    "dataset": Param(str, "cifar10", choices=("cifar10", "cifar100"), doc="CIFAR-100 needs its images (paper)"),
+    "forget_class": Param(int, 0, low=0, doc="first class to forget"),
+    "n_forget_classes": Param(int, 1, low=1, high=10, doc="forget classes forget_class, forget_class+1, ..."),
+    "width": Param(int, {"smoke": 4, "cpu": 8, "paper": 64}, low=1, doc="ResNet-18 stem channels"),
+    "train_per_class": Param(int, {"smoke": 20, "cpu": 250, "paper": 5000}, low=1,
+                             doc="training images per class"),
+    "test_per_class": Param(int, {"smoke": 20, "cpu": 500, "paper": 1000}, low=1,
+                            doc="test images of each forget class used for forget accuracy"),
+    "eval_retain": Param(int, {"smoke": 60, "cpu": 900, "paper": 45000}, low=1,
+                         doc="retain training images for Pre-R / Post-R (capped by the retain set)"),
+    "epochs": Param(int, {"smoke": 2, "cpu": 12, "paper": 182}, low=1, doc="epochs of Original and Retrain"),
+    "batch_size": Param(int, {"smoke": 32, "cpu": 64, "paper": 256}, low=1),
+    "lr": Param(float, {"smoke": 0.05, "cpu": 0.05, "paper": 0.1}, low=1e-8, high=10.0),
+    "methods": Param(list, METHODS, item=str, choices=METHODS, doc="Table 1 rows"),
+    "recal_batch": Param(int, 128, low=1, doc="batch size of the recalibration pass"),
+    "recovery_methods": Param(list, ["BadTeacher", "NoiseInject", "SalUn"], item=str, choices=METHODS),
+    "recovery_b": Param(int, 100, low=1, doc="images of the Figure 1a recovery"),
+    "budgets": Param(list, {"smoke": [10, 50], "cpu": [10, 25, 50, 100, 250, 500, 1000],
+                            "paper": [10, 25, 50, 100, 500, 1000, 2500, 5000, 9000]}, item=int, low=1,
+                     doc="recovery budgets B of Figure 1b"),
+    "ood_source": Param(str, {"smoke": "patch_shuffle", "cpu": "patch_shuffle", "paper": "cifar100"},
+                        choices=OOD_SOURCES, doc="out-of-distribution recovery images"),
+    "lp_per_class": Param(int, {"smoke": 10, "cpu": 50, "paper": 50}, low=1, doc="linear-probe training samples per class (LP-50)"),
+    "relearn_samples": Param(int, {"smoke": 10, "cpu": 50, "paper": 50}, low=1,
+                             doc="forget-class samples of the relearning attack"),
+    "relearn_epochs": Param(int, {"smoke": 2, "cpu": 8, "paper": 50}, low=1),
+    "relearn_lr": Param(float, 0.01, low=1e-8, high=10.0),
+    "gn_control": Param(bool, True, doc="train the GroupNorm control"),
+    "vit_control": Param(bool, {"smoke": True, "cpu": False, "paper": True},
+                         doc="train the LayerNorm ViT control (Appendix M)"),
+    "vit_dim": Param(int, {"smoke": 32, "cpu": 96, "paper": 384}, low=1, doc="ViT width (ViT-S: 384)"),
+    "vit_depth": Param(int, {"smoke": 1, "cpu": 4, "paper": 12}, low=1, doc="ViT blocks (ViT-S: 12)"),
+    "ga_steps_sweep": Param(list, {"smoke": [1, 2], "cpu": [10, 20, 40, 80], "paper": [100, 200, 300, 400, 500]},
+                            item=int, low=1, doc="Appendix H: GA step counts"),
+    "salun_mix_sweep": Param(list, {"smoke": [0.0, 0.5], "cpu": [0.0, 0.1, 0.25, 0.5],
+                                    "paper": [0.0, 0.1, 0.25, 0.5, 0.75]}, item=float, low=0.0, high=0.95,
+                             doc="Appendix Q: retain share of SalUn batches"),
+}
+
+
+def _check_classes(cfg) -> None:
+    k = NUM_CLASSES[cfg.dataset]
+    if cfg.forget_class >= k:
+        raise ConfigError(f"parameter 'forget_class': must be in [0, {k - 1}] for {cfg.dataset} (got {cfg.forget_class})")
+    if cfg.forget_class + cfg.n_forget_classes > k:
+        raise ConfigError(f"parameter 'n_forget_classes': forget_class + n_forget_classes must be <= {k} "
+                          f"(got {cfg.forget_class} + {cfg.n_forget_classes})")
+
+
+def _check_budgets(cfg) -> None:
+    k = NUM_CLASSES[cfg.dataset]
+    retain = (k - cfg.n_forget_classes) * cfg.train_per_class
+    pool = k * 1000 - cfg.n_forget_classes * cfg.test_per_class if cfg.dataset == "cifar10" else k * 100
+    avail = min(retain, pool)
+    for b in [*cfg.budgets, cfg.recovery_b]:
+        if b > avail:
+            raise ConfigError(f"parameter 'budgets': a recovery budget of {b} images exceeds the {avail} available "
+                              f"(retain set {retain}, held-out test pool {pool})")
+
+
+def _check_sizes(cfg) -> None:
+    if cfg.test_per_class > 1000:
+        raise ConfigError(f"parameter 'test_per_class': CIFAR test sets hold at most 1000 images per class "
+                          f"(got {cfg.test_per_class})")
+    if cfg.lp_per_class > cfg.train_per_class or cfg.relearn_samples > cfg.train_per_class:
+        raise ConfigError(f"parameter 'lp_per_class': lp_per_class and relearn_samples must be <= train_per_class "
+                          f"({cfg.train_per_class}) (got {cfg.lp_per_class}, {cfg.relearn_samples})")
+
+
+CHECKS = [_check_classes, _check_sizes, _check_budgets]
+
+# ----------------------------------------------------------------------------- hyperparameters
+
+# One place for every method's hyperparameters. "paper" holds the reference
+# defaults (each module's DEFAULTS); "cpu" and "smoke" scale the step counts to
+# the smaller forget/retain sets (250/2250 and 20/180 images per class).
+METHOD_HPARAMS: dict[str, dict[str, dict]] = {
+    "smoke": {
+        "GA": dict(steps=2, lr=1e-3, batch_size=16),
+        "GA+FT": dict(ga_steps=2, ga_lr=1e-3, ft_steps=3, ft_lr=0.01, batch_size=16),
+        "SalUn": dict(steps=3, lr=0.013, batch_size=16),
+        "SCRUB": dict(epochs=2, msteps=1, max_steps=2, min_steps=2, batch_size=16),
+        "BadTeacher": dict(epochs=1, batch_size=32),
+        "IncompTeacher": dict(epochs=1, batch_size=16),
+        "NoiseInject": dict(noise_batch=8, noise_steps=3, retain_per_class=5, batch_size=16),
+        "SSD": dict(batch_size=32),
+        "PGU": dict(retain_samples=40, positions=8, steps=3, lr=0.01, batch_size=16),
+    },
+    "cpu": {
+        "GA": dict(steps=40, lr=2e-3, batch_size=64),
+        "GA+FT": dict(ga_steps=20, ga_lr=2e-3, ft_steps=70, ft_lr=0.01, batch_size=64),
+        "SalUn": dict(steps=40, lr=0.013, batch_size=64),
+        "SCRUB": dict(epochs=3, msteps=2, max_steps=4, min_steps=35, lr=5e-3, batch_size=64),
+        "BadTeacher": dict(epochs=1, lr=1e-3, batch_size=64),
+        "IncompTeacher": dict(epochs=1, lr=1e-3, batch_size=64),
+        "NoiseInject": dict(noise_batch=64, noise_steps=20, retain_per_class=60, batch_size=64),
+        "SSD": dict(batch_size=64),
+        "PGU": dict(retain_samples=500, positions=32, steps=40, lr=0.01, batch_size=64),
+    },
+    "paper": {name: {} for name in METHODS if name != "Retrain"},
+}
+
+
+def method_hparams(cfg, name: str, seed: int, **overrides) -> dict:
+    """The hyperparameters of ``name`` at ``cfg.profile`` for ``seed`` (Retrain follows the chapter schedule)."""
+    if name == "Retrain":
+        return dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed)
+    return {**METHOD_HPARAMS[cfg.profile][name], **overrides, "seed": seed}
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass
+class Data:
+    """Everything the chapter measures on. Images (N, 3, 32, 32) normalised; labels (N,) int64."""
+
+    splits: Splits            # forget / retain training sets
+    test_forget_x: torch.Tensor  # test images of the forget classes (forget accuracy)
+    test_forget_y: torch.Tensor
+    eval_retain_x: torch.Tensor  # retain training images for Pre-R / Post-R
+    eval_retain_y: torch.Tensor
+    pool_x: torch.Tensor      # held-out test images (no forget class): unlabelled recovery source
+    ood_x: torch.Tensor       # out-of-distribution recovery source, same size as pool_x
+    forget_classes: list[int]
+    num_classes: int
+    ood_note: str
+
+
+def forget_classes(cfg) -> list[int]:
+    return list(range(cfg.forget_class, cfg.forget_class + cfg.n_forget_classes))
+
+
+def patch_shuffle(x: torch.Tensor, patch: int = 8, seed: int = 0) -> torch.Tensor:
+    """Images (N, C, H, W) with their patch x patch tiles randomly permuted, per image.
+
+    Keeps every pixel value and local texture of natural CIFAR-10 test images
+    but destroys the object layout: the offline stand-in for the paper's
+    CIFAR-100 pixels as an out-of-distribution recovery source.
+    """
+    n, c, h, w = x.shape
+    if h % patch or w % patch:
+        raise ValueError(f"parameter 'patch': must divide the image size {h}x{w} (got {patch})")
+    gh, gw = h // patch, w // patch
+    tiles = x.reshape(n, c, gh, patch, gw, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, gh * gw, c, patch, patch)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.stack([torch.randperm(gh * gw, generator=g) for _ in range(n)])
+    tiles = tiles[torch.arange(n)[:, None], order]
+    return tiles.reshape(n, gh, gw, c, patch, patch).permute(0, 3, 1, 4, 2, 5).reshape(n, c, h, w).contiguous()
+
+
+def load_data(cfg) -> Data:
+    """Class-balanced training subset, forget/retain split, forget-class test set and recovery pools."""
+    classes = forget_classes(cfg)
+    k = NUM_CLASSES[cfg.dataset]
+    x, y = vision.load_cifar("train", cfg.dataset, n_per_class=cfg.train_per_class, seed=cfg.seed)
+    is_forget = torch.isin(y, torch.tensor(classes))
+    splits = Splits(x[is_forget], y[is_forget], x[~is_forget], y[~is_forget], k)
+    tx, ty = vision.load_cifar("test", cfg.dataset, seed=cfg.seed)
+    perm = torch.randperm(len(ty), generator=torch.Generator().manual_seed(cfg.seed))
+    tx, ty = tx[perm], ty[perm]
+    test_forget = torch.cat([(ty == c).nonzero().flatten()[: cfg.test_per_class] for c in classes])
+    # The pool excludes every forget-class test image, so recovery never sees an evaluated image.
+    pool = (~torch.isin(ty, torch.tensor(classes))).nonzero().flatten()
+    g = torch.Generator().manual_seed(cfg.seed + 1)
+    ev = torch.randperm(len(splits.retain_x), generator=g)[: cfg.eval_retain]
+    pool_x = tx[pool]
+    if cfg.ood_source == "cifar100":
+        raw, _ = vision.load_raw("test", "cifar100")
+        ood_x = vision.normalise(raw, "cifar10")[: len(pool_x)]
+        note = "CIFAR-100 test images normalised with CIFAR-10 statistics (as in the paper)"
+    else:
+        ood_x = patch_shuffle(pool_x, 8, cfg.seed)
+        note = ("held-out CIFAR-10 test images (no forget class) cut into 8x8 tiles that are randomly permuted "
+                "per image: natural pixel statistics, no object layout (offline stand-in for CIFAR-100)")
+    return Data(splits, tx[test_forget], ty[test_forget], splits.retain_x[ev], splits.retain_y[ev], pool_x, ood_x,
+                classes, k, note)
+
+# ----------------------------------------------------------------------------- models
+
+
+def _data_key(cfg, seed: int, norm: str) -> dict:
+    return dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, width=cfg.width,
+                norm=norm, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed)
+
+
+def build(cfg, norm: str = "bn") -> nn.Module:
+    return resnet18(NUM_CLASSES[cfg.dataset], norm=norm, width=cfg.width).to(device())
+
+
+def original_model(cfg, data: Data, seed: int, norm: str = "bn") -> nn.Module:
+    """The model trained on all classes (cached)."""
+    s = data.splits
+    x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
+
+    def train(model):
+        seed_everything(seed)
+        train_classifier(model, x, y, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed,
+                         desc=f"Original ({norm}, seed {seed})")
+
+    def make():
+        torch.manual_seed(seed)
+        return build(cfg, norm)
+
+    return cache.load_or_train(CHAPTER, "original", _data_key(cfg, seed, norm), make, train, CODE_VERSION)
+
+
+def fingerprint(model: nn.Module) -> str:
+    """SHA-256 of every parameter and buffer: ties a cached unlearned model to the exact original."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def unlearned_model(cfg, data: Data, original: nn.Module, method: str, seed: int, norm: str = "bn",
+                    **overrides) -> nn.Module:
+    """``method`` applied to ``original`` with the profile's hyperparameters (cached)."""
+    fn = registry.get(method).fn
+    hp = method_hparams(cfg, method, seed, **overrides)
+    key = dict(_data_key(cfg, seed, norm), forget=data.forget_classes, method=method, hp=hp,
+               original=fingerprint(original))
+
+    def train(model):
+        seed_everything(seed)
+        out = fn(original, data.splits, hp)
+        model.load_state_dict(out.state_dict())
+
+    return cache.load_or_train(CHAPTER, "unlearned", key, lambda: copy.deepcopy(original), train, CODE_VERSION)
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def forget_accuracy(model: nn.Module, data: Data) -> float:
+    """Forget-class test accuracy in percent."""
+    return 100.0 * evaluate(model, data.test_forget_x, data.test_forget_y)
+
+
+def retain_accuracy(model: nn.Module, data: Data) -> float:
+    """Accuracy in percent on the retain training images of ``data.eval_retain_x``."""
+    return 100.0 * evaluate(model, data.eval_retain_x, data.eval_retain_y)
+
+
+def audit(model: nn.Module, data: Data, batch_size: int = 128) -> tuple[dict, nn.Module]:
+    """Pre-F, Post-F, dF (pp), Pre-R, Post-R of ``model`` and its full-retain recalibration.
+
+    Returns (metrics, recalibrated copy). Recalibration uses every retain training image.
+    """
+    cal = bn.recalibrate(model, data.splits.retain_x, batch_size)
+    pre_f, post_f = forget_accuracy(model, data), forget_accuracy(cal, data)
+    row = {"Pre-F": pre_f, "Post-F": post_f, "ΔF": post_f - pre_f,
+           "Pre-R": retain_accuracy(model, data), "Post-R": retain_accuracy(cal, data)}
+    return row, cal
+
+
+def _balanced_subset(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    idx = [(y == c).nonzero().flatten() for c in y.unique()]
+    return torch.cat([i[torch.randperm(len(i), generator=g)[:per_class]] for i in idx])
+
+
+def linear_probe(model: nn.Module, data: Data, per_class: int = 50, seed: int = 0) -> float:
+    """LP-50: forget-class test accuracy (%) of a logistic-regression probe on penultimate features.
+
+    The probe (standardised features, lbfgs, max_iter=1000, as in the paper)
+    is fit on ``per_class`` training images of every class, read through the
+    model in eval mode, so its answer depends on the BN state.
+    """
+    s = data.splits
+    x = torch.cat([s.retain_x, s.forget_x])
+    y = torch.cat([s.retain_y, s.forget_y])
+    idx = _balanced_subset(y, per_class, seed)
+    probe = make_pipeline(StandardScaler(), LogisticRegression(solver="lbfgs", max_iter=1000))
+    probe.fit(features(model, x[idx]).numpy(), y[idx].numpy())
+    pred = probe.predict(features(model, data.test_forget_x).numpy())
+    return 100.0 * float((pred == data.test_forget_y.numpy()).mean())
+
+
+def relearn_curve(model: nn.Module, data: Data, *, samples: int, epochs: int, lr: float, seed: int,
+                  batch_size: int = 32) -> np.ndarray:
+    """Forget-class test accuracy (%) before and after each epoch of a relearning attack, shape (epochs + 1,).
+
+    The attack fine-tunes a copy (SGD, BN in train mode) on ``samples`` forget-class
+    training images mixed with as many retain images, so that the head cannot
+    simply collapse onto the forget class.
+    """
+    s = data.splits
+    g = torch.Generator().manual_seed(seed)
+    fi = torch.randperm(len(s.forget_x), generator=g)[:samples]
+    ri = torch.randperm(len(s.retain_x), generator=g)[:samples]
+    x, y = torch.cat([s.forget_x[fi], s.retain_x[ri]]), torch.cat([s.forget_y[fi], s.retain_y[ri]])
+    net = copy.deepcopy(model)
+    curve = [forget_accuracy(net, data)]
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    dev = next(net.parameters()).device
+    for _ in range(epochs):
+        net.train()
+        perm = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), batch_size):
+            idx = perm[i : i + batch_size]
+            loss = F.cross_entropy(net(x[idx].to(dev)), y[idx].to(dev))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        curve.append(forget_accuracy(net, data))
+    return np.asarray(curve)
+
+
+def relearn_auc(curve: np.ndarray, original: np.ndarray, retrain: np.ndarray) -> float:
+    """ReAUC in [0, 1]: area under ``curve`` normalised so Retrain's curve is 0 and the Original's is 1.
+
+    curve, original, retrain: forget accuracies (%) per epoch, same shape (E+1,).
+    Our reading of the paper's "area under the normalised forget-accuracy curve".
+    """
+    a, lo, hi = np.trapezoid(curve), np.trapezoid(retrain), np.trapezoid(original)
+    if hi - lo <= 1e-9:
+        return float("nan")
+    return float(np.clip((a - lo) / (hi - lo), 0.0, 1.0))
+
+# ----------------------------------------------------------------------------- Table 1
+
+
+def run_method_table(cfg, data: Data, norm: str = "bn", methods: list[str] | None = None) -> tuple[pd.DataFrame, dict]:
+    """One row per (method, seed): Pre-F, Post-F, ΔF, Pre-R, Post-R, LP-50, ReAUC, bn_mode.
+
+    Returns (long table, models) where models[(method, seed)] = (unlearned, recalibrated);
+    'Original' is included as a reference row.
+    """
+    methods = list(cfg.methods if methods is None else methods)
+    if "Retrain" not in methods:
+        methods = ["Retrain", *methods]
+    rows, models = [], {}
+    seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
+    bar = progress(total=len(seeds) * (len(methods) + 1), desc=f"Table 1 ({norm})")
+    for seed in seeds:
+        orig = original_model(cfg, data, seed, norm)
+        curves = {}
+        for method in ["Original", *methods]:
+            model = orig if method == "Original" else unlearned_model(cfg, data, orig, method, seed, norm)
+            row, cal = audit(model, data, cfg.recal_batch)
+            row.update(method=method, seed=seed, norm=norm,
+                       bn_mode="n/a" if method == "Original" else registry.bn_mode(method))
+            row["LP-50"] = linear_probe(model, data, cfg.lp_per_class, seed)
+            row["LP-50 (recal)"] = linear_probe(cal, data, cfg.lp_per_class, seed)
+            curves[method] = relearn_curve(model, data, samples=cfg.relearn_samples, epochs=cfg.relearn_epochs,
+                                           lr=cfg.relearn_lr, seed=seed)
+            rows.append(row)
+            models[(method, seed)] = (model, cal)
+            bar.update(1)
+        for row in rows:
+            if row["seed"] == seed and row["norm"] == norm:
+                row["ReAUC"] = relearn_auc(curves[row["method"]], curves["Original"], curves["Retrain"])
+                row["relearn_curve"] = curves[row["method"]].round(2).tolist()
+    bar.close()
+    return pd.DataFrame(rows), models
+
+
+METRICS = ["Pre-F", "Post-F", "ΔF", "Pre-R", "Post-R", "LP-50", "ReAUC"]
+
+
+def summarise(long: pd.DataFrame, metrics: list[str] = METRICS, with_std: bool | None = None) -> pd.DataFrame:
+    """Mean over seeds per method (rows in table order); adds '<metric> std' columns when seeds > 1."""
+    order = list(dict.fromkeys(long["method"]))
+    g = long.groupby("method", sort=False)
+    out = g[metrics].mean().reindex(order)
+    out.insert(0, "BN mode", g["bn_mode"].first().reindex(order))
+    if with_std if with_std is not None else long["seed"].nunique() > 1:
+        std = g[metrics].std(ddof=1).reindex(order).add_suffix(" std")
+        out = out.join(std)
+    out.index.name = None
+    return out
+
+
+def lp_decomposition(summary_long: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: LP(M) - LP(M_cal) (BN-residual) and LP(M_cal) - LP(Retrain) (NC-residual), in pp, first seed."""
+    first = summary_long[summary_long["seed"] == summary_long["seed"].min()].set_index("method")
+    lp_retr = first.loc["Retrain", "LP-50"]
+    rows = {}
+    for m, r in first.iterrows():
+        if m in ("Original", "Retrain"):
+            continue
+        rows[m] = {"LP": r["LP-50"], "LP (recal)": r["LP-50 (recal)"],
+                   "BN-residual": r["LP-50"] - r["LP-50 (recal)"], "NC-residual": r["LP-50 (recal)"] - lp_retr,
+                   "LP - LP_retrain": r["LP-50"] - lp_retr}
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.attrs["LP_retrain"] = float(lp_retr)
+    return out
+
+# ----------------------------------------------------------------------------- Figure 1
+
+
+def _recovery_images(data: Data, source: str, budget: int, seed: int) -> torch.Tensor:
+    pools = {"retain": data.splits.retain_x, "test": data.pool_x, "ood": data.ood_x}
+    pool = pools[source]
+    if budget > len(pool):
+        raise ValueError(f"parameter 'budgets': {budget} images requested from the {source!r} source, "
+                         f"which holds {len(pool)}")
+    g = torch.Generator().manual_seed(seed)
+    return pool[torch.randperm(len(pool), generator=g)[:budget]]
+
+
+def recovered_accuracy(model: nn.Module, data: Data, source: str, budget: int, seed: int,
+                       batch_size: int = 128) -> float:
+    """Forget accuracy (%) after recalibrating on ``budget`` unlabelled images of ``source``."""
+    imgs = _recovery_images(data, source, budget, seed)
+    return forget_accuracy(bn.recalibrate(model, imgs, batch_size), data)
+
+
+def figure1a_table(cfg, data: Data, models: dict, long: pd.DataFrame) -> pd.DataFrame:
+    """Per method: forget accuracy before, after a ``recovery_b``-image test-pool recovery, after full recalibration."""
+    rows = {}
+    first = long[(long["seed"] == cfg.seed) & (long["norm"] == "bn")].set_index("method")
+    for m in first.index:
+        if m == "Original":
+            continue
+        model, _ = models[(m, cfg.seed)]
+        rows[m] = {"before": first.loc[m, "Pre-F"],
+                   f"B={cfg.recovery_b} (test pool)": recovered_accuracy(model, data, "test", cfg.recovery_b, cfg.seed,
+                                                                         cfg.recal_batch),
+                   "full retain": first.loc[m, "Post-F"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def budget_sweep(cfg, data: Data, models: dict) -> pd.DataFrame:
+    """Figure 1b: forget accuracy per (method, source, budget, seed), long format."""
+    rows = []
+    seeds = [cfg.seed + i for i in range(cfg.n_seeds)]
+    jobs = [(m, s, b, seed) for seed in seeds for m in cfg.recovery_methods for s in ("retain", "test", "ood")
+            for b in cfg.budgets]
+    for m, s, b, seed in progress(jobs, desc="Figure 1b"):
+        model, _ = models[(m, seed)]
+        rows.append(dict(method=m, source=s, budget=b, seed=seed,
+                         forget_acc=recovered_accuracy(model, data, s, b, seed, cfg.recal_batch)))
+    return pd.DataFrame(rows)
+
+# ----------------------------------------------------------------------------- correlations, appendices
+
+
+def correlations(summary: pd.DataFrame, x: str = "Post-F", ys: tuple[str, ...] = ("ReAUC", "LP-50")) -> pd.DataFrame:
+    """Pearson, Spearman and Kendall of ``x`` with each of ``ys`` over the methods (rows) of ``summary``."""
+    rows = []
+    for y in ys:
+        d = summary[[x, y]].dropna()
+        for name, fn in (("Pearson", stats.pearsonr), ("Spearman", stats.spearmanr), ("Kendall", stats.kendalltau)):
+            if len(d) < 3 or d[x].nunique() < 2 or d[y].nunique() < 2:
+                r, p = float("nan"), float("nan")
+            else:
+                res = fn(d[x], d[y])
+                r, p = float(res[0]), float(res[1])
+            rows.append({"x": x, "y": y, "test": name, "statistic": r, "p-value": p, "n": len(d)})
+    return pd.DataFrame(rows)
+
+
+def ga_step_sweep(cfg, data: Data, seed: int) -> pd.DataFrame:
+    """Appendix H: Pre-F, Post-F, ΔF, Pre-R of GA after each step count of ``cfg.ga_steps_sweep``.
+
+    One GA run, snapshotted at each requested step count (same as separate runs
+    because the optimiser state carries on).
+    """
+    orig = original_model(cfg, data, seed)
+    hp = hparams(method_hparams(cfg, "GA", seed), GA_DEFAULTS, "GA")
+    hp.pop("steps")
+    wanted = sorted(set(cfg.ga_steps_sweep))
+    snaps = {}
+
+    def keep(step, net):
+        if step in wanted:
+            snaps[step] = copy.deepcopy(net).eval()
+
+    net = copy.deepcopy(orig)
+    gradient_ascent(net, data.splits.forget_x, data.splits.forget_y, steps=max(wanted), on_step=keep,
+                    desc="Appendix H (GA)", **hp)
+    rows = []
+    for step in wanted:
+        row, _ = audit(snaps[step], data, cfg.recal_batch)
+        rows.append({"steps": step, **row})
+    return pd.DataFrame(rows).set_index("steps")
+
+
+def salun_mix_sweep(cfg, data: Data, seed: int) -> pd.DataFrame:
+    """Appendix Q: SalUn's Pre-F, Post-F, ΔF, Pre-R against the retain share of its batches."""
+    orig = original_model(cfg, data, seed)
+    rows = []
+    for mix in progress(cfg.salun_mix_sweep, desc="Appendix Q (SalUn)"):
+        model = unlearned_model(cfg, data, orig, "SalUn", seed, retain_mix=float(mix))
+        row, _ = audit(model, data, cfg.recal_batch)
+        rows.append({"retain share": mix, **row})
+    return pd.DataFrame(rows).set_index("retain share")
+
+
+def misalignment_profile(cfg, data: Data, models: dict) -> pd.DataFrame:
+    """Figure 2: per BN layer, normalised running-mean gap of each model to its full-retain recalibration
+    ('before'), and of a half-retain recalibration to the full one ('after': the operator's sampling error)."""
+    rows = []
+    half = data.splits.retain_x[: max(1, len(data.splits.retain_x) // 2)]
+    for (m, seed), (model, cal) in models.items():
+        if seed != cfg.seed or m == "Original":
+            continue
+        before = bn.mean_misalignment(model, cal)
+        after = bn.mean_misalignment(bn.recalibrate(model, half, cfg.recal_batch), cal)
+        for i, name in enumerate(before):
+            rows.append(dict(method=m, layer=i, name=name, before=before[name], after=after[name]))
+    return pd.DataFrame(rows)
+
+
+def groupnorm_control(cfg, data: Data) -> pd.DataFrame:
+    """Table 1 rerun on GroupNorm ResNet-18 (every method but PGU, as in the paper's Table 6)."""
+    methods = [m for m in cfg.methods if m != "PGU"]
+    long, _ = run_method_table(cfg, data, norm="gn", methods=methods)
+    return long
+
+
+VIT_METHODS = ["SCRUB", "GA", "SalUn", "BadTeacher", "SSD"]
+
+
+def vit_control(cfg, data: Data) -> pd.DataFrame:
+    """Appendix M: Pre-F, Post-F, ΔF of five methods on a LayerNorm ViT (patch 16); ΔF must be exactly 0."""
+    seed = cfg.seed
+    heads = 6 if cfg.vit_dim % 6 == 0 else 1
+    key = dict(_data_key(cfg, seed, "ln"), arch="vit", dim=cfg.vit_dim, depth=cfg.vit_depth, heads=heads)
+    s = data.splits
+    x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
+
+    def make():
+        torch.manual_seed(seed)
+        return vit_small(NUM_CLASSES[cfg.dataset], dim=cfg.vit_dim, depth=cfg.vit_depth, heads=heads).to(device())
+
+    def train(model):
+        seed_everything(seed)
+        train_classifier(model, x, y, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed,
+                         desc="Original (ViT)")
+
+    orig = cache.load_or_train(CHAPTER, "original-vit", key, make, train, CODE_VERSION)
+    rows = {}
+    for m in progress(["Original", *VIT_METHODS], desc="ViT control"):
+        model = orig if m == "Original" else unlearned_model(cfg, data, orig, m, seed, norm="vit")
+        row, cal = audit(model, data, cfg.recal_batch)
+        row["weights unchanged"] = bn.weights_equal(model, cal)
+        rows[m] = row
+    return pd.DataFrame.from_dict(rows, orient="index")

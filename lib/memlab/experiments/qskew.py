@@ -1,0 +1,663 @@
+"""Chapter 4 (Q-Skew): membership inference and PII reconstruction on fine-tuned diffusion LMs.
+
+The notebook ``notebooks/04_qskew.py`` calls, in order:
+
+* :func:`prepare`: tokenizer, base model (pre-trained here at ``smoke``/``cpu``,
+  LLaDA/Dream at ``paper``), its "instruct" variant, and the tokenised data;
+* :func:`domain_experiment`: domain fine-tuning (Table 1 shape), the epochs
+  sweep (Figure 2), mismatched references (Table 4, base side), the ablation (Table 5);
+* :func:`instruction_experiment`: instruction fine-tuning (Table 2 shape) and
+  Table 4's instruct side;
+* :func:`asymmetry_experiment`: fine-tuning at fixed mask ratios (Figure 1);
+* :func:`pii_experiment`: PII reconstruction (Table 6).
+
+Every model is cached (``memlab.cache``) under the hash of what produced it.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from memlab import cache, mia
+from memlab.config import ConfigError, Param, device, seed_everything
+from memlab.data import pii as pii_data
+from memlab.metrics import roc_metrics
+from memlab.models import diffusion_lm as dlm
+from memlab.progress import progress
+
+CHAPTER = "04_qskew"
+CODE_VERSION = "1"
+P = lambda smoke, cpu, paper: {"smoke": smoke, "cpu": cpu, "paper": paper}  # noqa: E731
+
+SPEC: dict[str, Param] = {
+    "seed": Param(int, 0, low=0, doc="base seed; run r uses seed + r"),
+    "runs": Param(int, P(2, 3, 3), low=1, high=10, doc="independent fine-tuning runs averaged"),
+    "backbone": Param(str, P("tiny", "tiny", "llada"), choices=("tiny", "llada", "dream"),
+                      doc="tiny: a small DLM pre-trained here; llada/dream: transformers checkpoints"),
+    "base_model": Param(str, P("", "", "GSAI-ML/LLaDA-8B-Base"), doc="HF id or local path (llada/dream)"),
+    "instruct_model": Param(str, P("", "", "GSAI-ML/LLaDA-8B-Instruct"), doc="HF id or local path"),
+    "mask_id": Param(int, -1, low=-1, doc="-1: the family's mask id (LLaDA 126336, Dream 151666)"),
+    "trust_remote_code": Param(bool, P(False, False, True), doc="run the checkpoints' own modelling code"),
+    "lora_rank": Param(int, P(0, 0, 16), low=0, doc="0: full fine-tuning; >0: LoRA (peft) of this rank"),
+    "vocab_size": Param(int, P(512, 1024, 1024), low=64, high=65536, doc="BPE vocabulary (tiny backbone)"),
+    "n_layer": Param(int, P(1, 2, 2), low=1, high=48),
+    "n_embd": Param(int, P(32, 128, 128), low=16, high=4096),
+    "n_head": Param(int, P(2, 4, 4), low=1, high=64),
+    "pretrain_steps": Param(int, P(30, 700, 700), low=1, doc="pre-training batches of the tiny base"),
+    "instruct_steps": Param(int, P(10, 150, 150), low=1, doc="batches turning the tiny base into 'instruct'"),
+    "block_len": Param(int, P(16, 32, 128), low=4, high=4096, doc="domain fine-tuning block length (tokens)"),
+    "ift_len": Param(int, P(24, 48, 256), low=8, high=4096, doc="instruction pair max length (tokens)"),
+    "n_members": Param(int, P(12, 64, 500), low=4, doc="members (= fine-tuning set) per run"),
+    "n_nonmembers": Param(int, P(12, 64, 500), low=4, doc="non-members per run"),
+    "epochs": Param(int, P(2, 6, 6), low=1, high=100, doc="fine-tuning epochs (paper: 6)"),
+    "epochs_sweep": Param(list, P([1, 2], [1, 2, 4, 6], [1, 2, 3, 4, 5, 6]), item=int, low=1, high=100,
+                          doc="epochs at which Figure 2 scores the fine-tuning run (<= epochs)"),
+    "batch_size": Param(int, P(8, 16, 16), low=1, doc="fine-tuning batch size (paper: 16)"),
+    "lr": Param(float, P(1e-3, 1e-3, 2e-5), low=1e-7, high=1.0, doc="fine-tuning learning rate"),
+    "pretrain_lr": Param(float, 2e-3, low=1e-6, high=1.0),
+    "rho": Param(float, 0.35, low=0.0, high=1.0, doc="cyclic mask ratio, open interval (0, 1)"),
+    "rounds": Param(int, P(2, 4, 5), low=1, high=64, doc="cyclic sampling rounds R"),
+    "h": Param(float, 0.1, low=0.0, doc="quantile bump bandwidth, > 0"),
+    "k": Param(float, 0.2, low=0.01, high=1.0, doc="Min-K% / Min-K%++ fraction"),
+    "secmi_ratios": Param(list, [0.2, 0.4, 0.6, 0.8], item=float, low=0.01, high=1.0),
+    "sama_steps": Param(int, P(3, 6, 16), low=1, high=64),
+    "scores": Param(list, list(mia.SCORES), item=str, choices=mia.SCORES, doc="membership scores to run"),
+    "fixed_ratios": Param(list, [0.25, 0.5, 0.75], item=float, low=0.01, high=1.0, doc="Figure 1 mask ratios"),
+    "fixed_ratio_epochs": Param(int, P(1, 4, 4), low=1, high=100),
+    "pii_targets": Param(int, P(3, 20, 50), low=1, doc="PII targets per kind (e-mail, phone)"),
+    "pii_len": Param(int, P(48, 48, 64), low=24, high=4096, doc="PII record length (tokens)"),
+    "pii_epochs": Param(int, P(3, 30, 6), low=1, high=200, doc="fine-tuning epochs on the PII records"),
+    "pii_slots": Param(int, 20, low=1, high=256, doc="mask tokens inserted at the PII position"),
+    "pii_candidates": Param(int, P(4, 16, 64), low=1, high=1024, doc="N candidates by denoising"),
+    "pii_steps": Param(int, P(4, 16, 16), low=1, high=256, doc="denoising steps per candidate"),
+    "pii_repeats": Param(int, P(2, 4, 16), low=1, high=64, doc="random 35% masks for the CE ranking"),
+    "pii_span": Param(int, 20, low=4, high=256, doc="context span X around the PII for the skewness"),
+    "alpha": Param(float, 0.1, low=0.0, high=1.0, doc="weight of the skewness in the combined PII rank"),
+    "eval_batch": Param(int, P(64, 256, 32), low=1, doc="sequences per forward when scoring"),
+}
+
+
+def _check(cfg) -> None:
+    if not 0 < cfg.rho < 1:
+        raise ConfigError(f"parameter 'rho': must be in the open interval (0, 1) (got {cfg.rho!r})")
+    if not cfg.h > 0:
+        raise ConfigError(f"parameter 'h': must be a positive number (got {cfg.h!r})")
+    if max(cfg.epochs_sweep) > cfg.epochs:
+        raise ConfigError(f"parameter 'epochs_sweep': values must be <= epochs={cfg.epochs} (got {cfg.epochs_sweep})")
+    if cfg.backbone == "tiny" and cfg.n_embd % cfg.n_head:
+        raise ConfigError(f"parameter 'n_head': must divide n_embd={cfg.n_embd} (got {cfg.n_head})")
+    if cfg.backbone != "tiny" and not (cfg.base_model and cfg.instruct_model):
+        raise ConfigError("parameter 'base_model': llada/dream backbones need base_model and instruct_model")
+    if cfg.pii_slots + 8 >= cfg.pii_len:
+        raise ConfigError(f"parameter 'pii_slots': must leave room for the record prefix in pii_len={cfg.pii_len}")
+
+
+CHECKS = [_check]
+METRICS = ("AUC", "TPR@10%FPR", "TPR@1%FPR")
+
+
+# ----------------------------------------------------------------------------- tokenizer and data
+
+@dataclass
+class Codec:
+    """Text <-> ids for one backbone, with the special ids the chapter needs."""
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    vocab_size: int
+    mask_id: int
+    pad_id: int
+    eos_id: int
+
+
+def _bpe_codec(cfg, texts: list[str]) -> Codec:
+    from memlab.data.text import train_bpe
+
+    tok = train_bpe(texts, cfg.vocab_size, special_tokens=("<mask>", "<pad>", "<eos>"), name="qskew")
+    return Codec(lambda s: tok.encode(s).ids, lambda ids: tok.decode(list(ids)), tok.get_vocab_size(),
+                 tok.token_to_id("<mask>"), tok.token_to_id("<pad>"), tok.token_to_id("<eos>"))
+
+
+def _hf_codec(cfg, mask_id: int) -> Codec:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(cfg.base_model, trust_remote_code=cfg.trust_remote_code)
+    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    return Codec(lambda s: tok.encode(s, add_special_tokens=False), lambda ids: tok.decode(list(ids)),
+                 len(tok), mask_id, pad, eos)
+
+
+def stream_blocks(ids: list[int], length: int) -> torch.Tensor:
+    """Cut a token stream into consecutive (N, length) blocks (the tail is dropped)."""
+    n = len(ids) // length
+    return torch.tensor(ids[: n * length], dtype=torch.long).view(n, length)
+
+
+def _sentences(text: str, min_words: int = 5) -> list[list[str]]:
+    """Paragraphs of WikiText as lists of sentences (split at ' . ')."""
+    paras = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("="):
+            continue
+        sents = [s.strip() + " ." for s in line.split(" . ") if len(s.split()) >= min_words]
+        if len(sents) >= 2:
+            paras.append(sents)
+    return paras
+
+
+PROMPT = "Instruction : continue the article . Input : {x} Response :"
+
+
+def instruction_pairs(text: str, codec: Codec, length: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Variable-length prompt/response pairs from consecutive WikiText sentences.
+
+    Prompt = PROMPT around sentence i (at most length/2 tokens, cut from the left),
+    response = sentence i+1 (cut to fit). Returns ids (N, length) padded with
+    ``pad_id``, eligible (N, length) True on response tokens, attention (N, length).
+    """
+    rows, elig, attn = [], [], []
+    for sents in _sentences(text):
+        for a, b in zip(sents[:-1], sents[1:]):
+            p = codec.encode(PROMPT.format(x=a))[-(length // 2):]
+            r = codec.encode(" " + b)[: length - len(p)]
+            if len(r) < 4:
+                continue
+            ids = p + r + [codec.pad_id] * (length - len(p) - len(r))
+            rows.append(ids)
+            e = [False] * len(p) + [True] * len(r) + [False] * (length - len(p) - len(r))
+            elig.append(e)
+            attn.append([True] * (len(p) + len(r)) + [False] * (length - len(p) - len(r)))
+    return torch.tensor(rows), torch.tensor(elig), torch.tensor(attn)
+
+
+def perturb(ids: torch.Tensor, eligible: torch.Tensor, frac: float, vocab: int, specials, seed: int) -> torch.Tensor:
+    """Replace a ``frac`` share of eligible tokens by random non-special tokens (Table 4's perturbed data)."""
+    g = torch.Generator().manual_seed(seed)
+    hit = (torch.rand(ids.shape, generator=g) < frac) & eligible
+    rnd = torch.randint(0, vocab, ids.shape, generator=g)
+    for s in specials:
+        rnd = torch.where(rnd == s, (rnd + 1) % vocab, rnd)
+    return torch.where(hit, rnd, ids)
+
+
+def _digest(*tensors: torch.Tensor) -> str:
+    h = hashlib.sha256()
+    for t in tensors:
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- models
+
+@dataclass
+class Setup:
+    cfg: object
+    codec: Codec
+    base: torch.nn.Module
+    instruct: torch.nn.Module
+    dft: torch.Tensor            # (N, block_len) WikiText-2 valid blocks
+    ift: tuple                   # ids, eligible, attention (N, ift_len), valid split
+    info: dict = field(default_factory=dict)
+
+
+def _arch(cfg, codec: Codec) -> dict:
+    return {"vocab_size": codec.vocab_size, "mask_id": codec.mask_id, "n_layer": cfg.n_layer,
+            "n_embd": cfg.n_embd, "n_head": cfg.n_head,
+            "block_size": max(cfg.block_len, cfg.ift_len, cfg.pii_len)}
+
+
+def _build_tiny(arch: dict) -> torch.nn.Module:
+    return dlm.MaskedDiffusionLM(dlm.DLMConfig(**arch)).to(device())
+
+
+def _load_hf(cfg, path: str) -> torch.nn.Module:
+    family = cfg.backbone
+    model = dlm.load_pretrained(path, family, trust_remote_code=cfg.trust_remote_code,
+                                dtype=torch.bfloat16 if device().type == "cuda" else None, device=device(),
+                                mask_id=None if cfg.mask_id < 0 else cfg.mask_id, auto_class=_auto_class(path))
+    return model
+
+
+def _auto_class(path: str) -> str:
+    """AutoModel for LLaDA/Dream (their remote code registers it); masked/causal LM heads otherwise."""
+    from transformers import AutoConfig
+
+    conf = AutoConfig.from_pretrained(path)
+    archs = conf.architectures or []
+    if any("MaskedLM" in a for a in archs):
+        return "AutoModelForMaskedLM"
+    if any("CausalLM" in a for a in archs):
+        return "AutoModelForCausalLM"
+    return "AutoModel"
+
+
+def _with_lora(model: torch.nn.Module, rank: int) -> torch.nn.Module:
+    """Wrap an HF backbone in a LoRA adapter (peft) so 7-8B fine-tuning fits one GPU."""
+    if rank <= 0 or not isinstance(model, dlm.HFDiffusionLM):
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    model.hf = get_peft_model(model.hf, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+    return model
+
+
+def prepare(cfg) -> Setup:
+    """Tokenizer, base and instruct models (cached) and the tokenised WikiText-2 splits."""
+    from memlab.data.text import load_wikitext2
+
+    seed_everything(cfg.seed)
+    pre_text, eval_text = load_wikitext2("test"), load_wikitext2("valid")
+    if cfg.backbone == "tiny":
+        codec = _bpe_codec(cfg, [pre_text, eval_text])
+    else:
+        fam = dlm.FAMILIES[cfg.backbone]
+        codec = _hf_codec(cfg, fam["mask_id"] if cfg.mask_id < 0 else cfg.mask_id)
+    dft = stream_blocks(codec.encode(eval_text), cfg.block_len)
+    ift = instruction_pairs(eval_text, codec, cfg.ift_len)
+    info = {"dft_blocks": int(dft.shape[0]), "ift_pairs": int(ift[0].shape[0])}
+    if cfg.backbone == "tiny":
+        arch = _arch(cfg, codec)
+        pre = stream_blocks(codec.encode(pre_text), max(cfg.block_len, cfg.ift_len))
+        pre_ift = instruction_pairs(pre_text, codec, cfg.ift_len)
+        key = {"arch": arch, "steps": cfg.pretrain_steps, "lr": cfg.pretrain_lr, "seed": cfg.seed,
+               "data": _digest(pre)}
+        base = cache.load_or_train(
+            CHAPTER, "base", key, lambda: _build_tiny(arch),
+            lambda m: dlm.train_dlm(m, pre, epochs=1, steps=cfg.pretrain_steps, batch_size=32,
+                                    lr=cfg.pretrain_lr, weight_decay=0.01, seed=cfg.seed, desc="pre-train base"),
+            CODE_VERSION)
+
+        def make_instruct(m):
+            m.load_state_dict(base.state_dict())
+            dlm.train_dlm(m, pre_ift[0], eligible=pre_ift[1], attention_mask=pre_ift[2], epochs=1,
+                          steps=cfg.instruct_steps, batch_size=32, lr=cfg.pretrain_lr / 2, seed=cfg.seed + 1,
+                          desc="instruct variant")
+
+        instruct = cache.load_or_train(CHAPTER, "instruct", {**key, "instruct_steps": cfg.instruct_steps,
+                                                             "ift": _digest(pre_ift[0])},
+                                       lambda: _build_tiny(arch), make_instruct, CODE_VERSION)
+        info["pretrain_blocks"] = int(pre.shape[0])
+        info["params"] = sum(p.numel() for p in base.parameters())
+    else:
+        base, instruct = _load_hf(cfg, cfg.base_model), _load_hf(cfg, cfg.instruct_model)
+        dlm.check_same_vocab(base, instruct)
+    return Setup(cfg, codec, base, instruct, dft, ift, info)
+
+
+def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=None, attention=None, *,
+             epochs: int, seed: int, mask_ratio: float | None = None, snapshots=()) -> dict[int, torch.nn.Module]:
+    """Fine-tune a copy of ``start`` (cached); returns {epoch: model} for ``snapshots`` and the last epoch.
+
+    ids / eligible / attention: (N, L) training set. All snapshots of one run
+    share a cache entry.
+    """
+    cfg = setup.cfg
+    keep = sorted(set(snapshots) | {epochs})
+    key = {"stage": stage, "start": _digest(*[p.detach().float().cpu().flatten()[:4096] for p in start.parameters()]),
+           "data": _digest(ids, *(t for t in (eligible, attention) if t is not None)), "epochs": epochs,
+           "bs": cfg.batch_size, "lr": cfg.lr, "seed": seed, "ratio": mask_ratio, "keep": keep,
+           "lora": cfg.lora_rank}
+
+    def compute():
+        model = _with_lora(copy.deepcopy(start), cfg.lora_rank)
+        states = {}
+
+        def snap(epoch, m):
+            if epoch in keep:
+                for name, t in m.state_dict().items():
+                    states[f"{epoch}/{name}"] = t.detach().cpu().clone()
+
+        dlm.train_dlm(model, ids, eligible=eligible, attention_mask=attention, epochs=epochs,
+                      batch_size=cfg.batch_size, lr=cfg.lr, mask_ratio=mask_ratio, seed=seed,
+                      desc=f"fine-tune {stage}", on_epoch_end=snap)
+        return states
+
+    states = cache.load_or_compute(CHAPTER, "finetune", key, compute, CODE_VERSION)
+    out = {}
+    for e in keep:
+        m = _with_lora(copy.deepcopy(start), cfg.lora_rank)
+        m.load_state_dict({k.split("/", 1)[1]: v for k, v in states.items() if k.startswith(f"{e}/")})
+        out[e] = m.eval()
+    return out
+
+
+# ----------------------------------------------------------------------------- scoring helpers
+
+def _probe(cfg, eligible: torch.Tensor, seed: int, with_random: bool = False) -> mia.Probe:
+    return mia.make_probe(eligible, rho=cfg.rho, rounds=cfg.rounds, secmi_ratios=tuple(cfg.secmi_ratios),
+                          sama_steps=cfg.sama_steps, with_random=with_random, seed=seed)
+
+
+def _groups(scores) -> set[str]:
+    return {mia.NEEDS[s] for s in scores}
+
+
+def _view(cfg, model, ids, probe, attention, scores):
+    return mia.model_view(model, ids, probe, attention, cfg.eval_batch, groups=_groups(scores))
+
+
+def _metrics(score_dict: dict, labels: np.ndarray) -> dict[str, dict[str, float]]:
+    out = {}
+    for name, s in score_dict.items():
+        m = roc_metrics(s, labels)
+        out[name] = {"AUC": 100 * m["auc"], "TPR@10%FPR": 100 * m["tpr@10%fpr"], "TPR@1%FPR": 100 * m["tpr@1%fpr"]}
+    return out
+
+
+def mean_table(per_run: list[dict], rows=None) -> pd.DataFrame:
+    """Mean over runs of {method: {metric: value}} as a DataFrame (rows = method labels, %)."""
+    rows = rows or list(per_run[0])
+    data = {mia.LABELS.get(r, r): {m: float(np.mean([run[r][m] for run in per_run])) for m in METRICS} for r in rows}
+    return pd.DataFrame.from_dict(data, orient="index")[list(METRICS)]
+
+
+def _split(n_total: int, sizes, seed: int) -> list[torch.Tensor]:
+    perm = torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))
+    if sum(sizes) > n_total:
+        raise ConfigError(f"parameter 'n_members': needs {sum(sizes)} sequences, the data has {n_total}")
+    out, at = [], 0
+    for s in sizes:
+        out.append(perm[at:at + s])
+        at += s
+    return out
+
+
+# ----------------------------------------------------------------------------- experiments
+
+def domain_experiment(setup: Setup) -> dict:
+    """Domain fine-tuning on WikiText-2 blocks: Table 1, Figure 2, Table 4 (base side), Table 5.
+
+    Per run r: members / non-members / a perturbation pool are disjoint random
+    blocks; the base is fine-tuned on the members for ``epochs`` epochs
+    (snapshots at ``epochs_sweep``). Returns per-run metrics and the run-0 deltas.
+    """
+    cfg = setup.cfg
+    scores = list(cfg.scores)
+    ablate = "qskew" in scores
+    res = {"main": [], "sweep": {e: [] for e in cfg.epochs_sweep}, "ref_instruct": [], "ref_para": [],
+           "ablation": [], "examples": None}
+    for r in progress(range(cfg.runs), desc="domain runs"):
+        seed = cfg.seed + r
+        mem, non, pool = _split(setup.dft.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 1000 + seed)
+        train = setup.dft[mem]
+        snaps = finetune(setup, setup.base, "dft", train, epochs=cfg.epochs, seed=seed, snapshots=cfg.epochs_sweep)
+        para = perturb(setup.dft[pool], torch.ones_like(setup.dft[pool], dtype=torch.bool), 0.2,
+                       setup.codec.vocab_size, (setup.codec.mask_id,), seed)
+        para_ref = finetune(setup, setup.base, "dft-para", para, epochs=cfg.epochs, seed=seed)[cfg.epochs]
+        ids = torch.cat([setup.dft[mem], setup.dft[non]])
+        labels = np.r_[np.ones(len(mem)), np.zeros(len(non))]
+        probe = _probe(cfg, torch.ones_like(ids, dtype=torch.bool), seed, with_random=ablate)
+        all_scores = scores + (list(mia.ABLATIONS) if ablate else [])
+        ref_view = _view(cfg, setup.base, ids, probe, None, all_scores)
+        target = snaps[cfg.epochs]
+        tv = _view(cfg, target, ids, probe, None, all_scores)
+        sc = mia.compute_scores(tv, ref_view, probe, all_scores, h=cfg.h, k=cfg.k, seed=seed)
+        res["main"].append(_metrics({s: sc[s] for s in scores}, labels))
+        if ablate:
+            res["ablation"].append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels))
+            for name, ref in (("ref_instruct", setup.instruct), ("ref_para", para_ref)):
+                rv = _view(cfg, ref, ids, probe, None, ["qskew"])
+                res[name].append(_metrics(mia.compute_scores(tv, rv, probe, ["qskew"], h=cfg.h), labels))
+        for e in cfg.epochs_sweep:
+            v = tv if e == cfg.epochs else _view(cfg, snaps[e], ids, probe, None, scores)
+            res["sweep"][e].append(_metrics(mia.compute_scores(v, ref_view, probe, scores, h=cfg.h, k=cfg.k,
+                                                               seed=seed), labels))
+        if r == 0:
+            res["examples"] = {"deltas": mia.deltas_of(tv, ref_view), "labels": labels,
+                               "qskew": sc.get("qskew"), "calibration": sc.get("calibration")}
+    return res
+
+
+def instruction_experiment(setup: Setup) -> dict:
+    """Instruction fine-tuning of the instruct variant on prompt/response pairs (Table 2, Table 4).
+
+    Prompt tokens are never masked, in training or in scoring; scores use the
+    response tokens only.
+    """
+    cfg = setup.cfg
+    scores = list(cfg.scores)
+    ids_all, elig_all, attn_all = setup.ift
+    res = {"main": [], "ref_base": [], "ref_para": []}
+    for r in progress(range(cfg.runs), desc="instruction runs"):
+        seed = cfg.seed + r
+        mem, non, pool = _split(ids_all.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 2000 + seed)
+        target = finetune(setup, setup.instruct, "ift", ids_all[mem], elig_all[mem], attn_all[mem],
+                          epochs=cfg.epochs, seed=seed)[cfg.epochs]
+        para = perturb(ids_all[pool], elig_all[pool], 0.2, setup.codec.vocab_size,
+                       (setup.codec.mask_id, setup.codec.pad_id), seed)
+        para_ref = finetune(setup, setup.instruct, "ift-para", para, elig_all[pool], attn_all[pool],
+                            epochs=cfg.epochs, seed=seed)[cfg.epochs]
+        idx = torch.cat([mem, non])
+        ids, elig, attn = ids_all[idx], elig_all[idx], attn_all[idx]
+        labels = np.r_[np.ones(len(mem)), np.zeros(len(non))]
+        probe = _probe(cfg, elig, seed)
+        tv = _view(cfg, target, ids, probe, attn, scores)
+        rv = _view(cfg, setup.instruct, ids, probe, attn, scores)
+        res["main"].append(_metrics(mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed), labels))
+        if "qskew" in scores:
+            for name, ref in (("ref_base", setup.base), ("ref_para", para_ref)):
+                v = _view(cfg, ref, ids, probe, attn, ["qskew"])
+                res[name].append(_metrics(mia.compute_scores(tv, v, probe, ["qskew"], h=cfg.h), labels))
+    return res
+
+
+def asymmetry_experiment(setup: Setup) -> dict:
+    """Figure 1: fine-tune at fixed mask ratios and measure per-token gains on members.
+
+    Gain of a member token = NLL_base - NLL_finetuned under one cyclic round of
+    masks at ``rho`` (the same masks for every model). Returns
+    {ratio: (n_tokens,) gains} and summary rows.
+    """
+    cfg = setup.cfg
+    mem, = _split(setup.dft.shape[0], (cfg.n_members,), 3000 + cfg.seed)
+    ids = setup.dft[mem]
+    masks = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=cfg.rho, rounds=1, sama_steps=1,
+                           seed=cfg.seed).cyclic
+    n, p, l = masks.shape
+    flat_ids, flat_masks = ids.repeat_interleave(p, 0), masks.reshape(n * p, l)
+    base = dlm.masked_nll(setup.base, flat_ids, flat_masks, batch_size=cfg.eval_batch)
+    gains, rows = {}, []
+    from scipy.stats import skew
+
+    for ratio in cfg.fixed_ratios:
+        m = finetune(setup, setup.base, f"fixed-{ratio}", ids, epochs=cfg.fixed_ratio_epochs, seed=cfg.seed,
+                     mask_ratio=ratio)[cfg.fixed_ratio_epochs]
+        g = (base - dlm.masked_nll(m, flat_ids, flat_masks, batch_size=cfg.eval_batch)).numpy()
+        g = g[np.isfinite(g)]
+        gains[ratio] = g
+        rows.append({"mask ratio": ratio, "mean gain (nats)": float(g.mean()), "median gain": float(np.median(g)),
+                     "skewness": float(skew(g)), "tokens": int(g.size)})
+    return {"gains": gains, "table": pd.DataFrame(rows).set_index("mask ratio")}
+
+
+def _span_eligible(prefix_len: int, cand_len: int, span: int, length: int, part: str) -> torch.Tensor:
+    """(L,) bool: the PII tokens ('pii') or the context tokens ('context') of a span of ``span`` tokens
+    starting 8 tokens before the PII (as in the paper's X = 20 example)."""
+    start = max(0, prefix_len - 8)
+    end = min(length, start + max(span, prefix_len - start + cand_len + 1))
+    e = torch.zeros(length, dtype=torch.bool)
+    if part == "pii":
+        e[prefix_len:prefix_len + cand_len] = True
+    else:
+        e[start:end] = True
+        e[prefix_len:prefix_len + cand_len] = False
+    return e
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    s = x.std()
+    return np.zeros_like(x) if s == 0 else (x - x.mean()) / s
+
+
+def rank_candidates(ce: np.ndarray, skewness: np.ndarray, alpha: float) -> np.ndarray:
+    """Combined score -(1 - alpha) Z(CE) + alpha Z(skew) over one target's candidates (higher = better)."""
+    return -(1 - alpha) * _zscore(np.asarray(ce, float)) + alpha * _zscore(np.asarray(skewness, float))
+
+
+def pii_experiment(setup: Setup) -> dict:
+    """Table 6: reconstruct masked e-mail addresses and phone numbers seen in fine-tuning.
+
+    The base is fine-tuned on ``pii_targets`` records per kind. For each record,
+    ``pii_slots`` masks replace the PII (and the end-of-text padding after it);
+    ``pii_candidates`` candidates come from independent denoising runs; each
+    unique candidate is ranked by cross-entropy (target model, random 35% masks),
+    by Q-Skew with only the PII masked, by Q-Skew with only the context masked,
+    and by the combination with weight ``alpha``. Success = the top candidate
+    equals the true PII string.
+    """
+    cfg = setup.cfg
+    codec = setup.codec
+    records = pii_data.make_pii_records(cfg.pii_targets, seed=cfg.seed)
+    enc = pii_data.encode_records(_Tok(codec), records, cfg.pii_len, codec.eos_id)
+    if int((enc.prefix_len + cfg.pii_slots).max()) > cfg.pii_len:
+        raise ConfigError(f"parameter 'pii_len': records need {int((enc.prefix_len + cfg.pii_slots).max())} tokens")
+    target = finetune(setup, setup.base, "pii", enc.ids, epochs=cfg.pii_epochs, seed=cfg.seed)[cfg.pii_epochs]
+    g = torch.Generator().manual_seed(cfg.seed)
+    methods = ("CE", "Q-Skew (PII mask)", "Q-Skew (context mask)", f"Combine-{cfg.alpha:g}")
+    hits = {m: {"email": 0, "phone": 0} for m in methods}
+    oracle = {"email": 0, "phone": 0}
+    examples = []
+    for i in progress(range(len(records)), desc="PII targets"):
+        rec, pre = records[i], int(enc.prefix_len[i])
+        x = enc.ids[i].clone()
+        slots = torch.zeros(cfg.pii_len, dtype=torch.bool)
+        slots[pre:pre + cfg.pii_slots] = True
+        x[slots] = codec.eos_id
+        batch = x.expand(cfg.pii_candidates, -1).clone()
+        filled = dlm.denoise(target, batch, slots.expand_as(batch), steps=cfg.pii_steps, temperature=1.0,
+                             generator=g)
+        cands = {}
+        for row in filled:
+            toks = row[pre:pre + cfg.pii_slots].tolist()
+            toks = toks[:toks.index(codec.eos_id)] if codec.eos_id in toks else toks
+            if len(toks) >= 2:
+                cands.setdefault(tuple(toks), None)
+        if not cands:
+            continue
+        cand_list = list(cands)
+        seqs = torch.full((len(cand_list), cfg.pii_len), codec.eos_id, dtype=torch.long)
+        seqs[:, :pre] = enc.ids[i, :pre]
+        for j, c in enumerate(cand_list):
+            seqs[j, pre:pre + len(c)] = torch.tensor(c)
+        ce = _pii_ce(cfg, target, seqs, g)
+        sk = {part: _pii_skew(cfg, target, setup.base, seqs, pre, cand_list, part) for part in ("pii", "context")}
+        texts = [codec.decode(list(c)).strip() for c in cand_list]
+        truth = rec.pii
+        ranks = {"CE": -ce, "Q-Skew (PII mask)": sk["pii"], "Q-Skew (context mask)": sk["context"],
+                 methods[3]: rank_candidates(ce, sk["pii"], cfg.alpha)}
+        oracle[rec.kind] += int(truth in texts)
+        for m, s in ranks.items():
+            hits[m][rec.kind] += int(texts[int(np.argmax(s))] == truth)
+        if len(examples) < 6:
+            examples.append({"kind": rec.kind, "truth": truth, "CE top-1": texts[int(np.argmax(-ce))],
+                             "combined top-1": texts[int(np.argmax(ranks[methods[3]]))],
+                             "unique candidates": len(texts), "truth among candidates": truth in texts})
+    n = cfg.pii_targets
+    table = pd.DataFrame({m: {"Phone ASR": 100 * hits[m]["phone"] / n, "Email ASR": 100 * hits[m]["email"] / n,
+                              "Phone hits": f"{hits[m]['phone']}/{n}", "Email hits": f"{hits[m]['email']}/{n}"}
+                          for m in methods}).T
+    table.loc["truth among candidates (upper bound)"] = [100 * oracle["phone"] / n, 100 * oracle["email"] / n,
+                                                         f"{oracle['phone']}/{n}", f"{oracle['email']}/{n}"]
+    return {"table": table, "hits": hits, "oracle": oracle, "n": n, "examples": pd.DataFrame(examples)}
+
+
+class _Tok:
+    """Adapter giving a Codec the ``encode(text).ids`` shape that ``encode_records`` expects."""
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+
+    def encode(self, text: str):
+        return type("Enc", (), {"ids": self.codec.encode(text)})()
+
+
+def _pii_ce(cfg, model, seqs: torch.Tensor, g: torch.Generator) -> np.ndarray:
+    """Mean NLL of each candidate record under ``pii_repeats`` random 35% masks. seqs: (C, L)."""
+    reps = seqs.repeat_interleave(cfg.pii_repeats, 0)
+    masks = torch.rand(reps.shape, generator=g) < cfg.rho
+    masks[:, 0] |= ~masks.any(1)
+    nll = dlm.masked_nll(model, reps, masks, batch_size=cfg.eval_batch)
+    return torch.nanmean(nll.view(seqs.shape[0], -1), 1).numpy()
+
+
+def _pii_skew(cfg, target, reference, seqs, pre: int, cands, part: str) -> np.ndarray:
+    """Q-Skew of each candidate with cyclic masks over its PII tokens or its context tokens."""
+    elig = torch.stack([_span_eligible(pre, len(c), cfg.pii_span, cfg.pii_len, part) for c in cands])
+    probe = mia.make_probe(elig, rho=cfg.rho, rounds=max(1, cfg.rounds // 2), sama_steps=1, seed=pre)
+    tv = mia.model_view(target, seqs, probe, None, cfg.eval_batch, groups={"cyclic"})
+    rv = mia.model_view(reference, seqs, probe, None, cfg.eval_batch, groups={"cyclic"})
+    return np.array([mia.qskew(d, cfg.h) for d in mia.deltas_of(tv, rv)])
+
+
+# ----------------------------------------------------------------------------- figures
+
+def plot_asymmetry(asym: dict):
+    """Violin plot of per-token gains by fine-tuning mask ratio (Figure 1 analogue)."""
+    from memlab import plotting
+
+    fig, ax = plotting.figure("single")
+    ratios = list(asym["gains"])
+    ax.violinplot([asym["gains"][r] for r in ratios], showmedians=True)
+    ax.set_xticks(range(1, len(ratios) + 1), [f"{r:g}" for r in ratios])
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("fine-tuning mask ratio")
+    ax.set_ylabel("per-token gain NLL$_{base}$ - NLL$_{ft}$ (nats)")
+    return fig
+
+
+def plot_deltas(examples: dict):
+    """Left: pooled Delta of members vs non-members; right: Q-Skew score histograms."""
+    from memlab import plotting
+
+    fig, (a, b) = plotting.figure("wide", ncols=2)
+    lab = examples["labels"]
+    mem = np.concatenate([d for d, y in zip(examples["deltas"], lab) if y == 1])
+    non = np.concatenate([d for d, y in zip(examples["deltas"], lab) if y == 0])
+    lo, hi = np.percentile(np.r_[mem, non], [0.5, 99.5])
+    bins = np.linspace(lo, hi, 60)
+    a.hist(non, bins, density=True, alpha=0.6, label="non-members")
+    a.hist(mem, bins, density=True, alpha=0.6, label="members")
+    a.set_xlabel(r"$\Delta$ = NLL$_{ref}$ - NLL$_{target}$ per masked token (nats)")
+    a.set_ylabel("density")
+    a.legend()
+    if examples.get("qskew") is not None:
+        q = examples["qskew"]
+        bins = np.linspace(q.min(), q.max(), 25)
+        b.hist(q[lab == 0], bins, alpha=0.6, label="non-members")
+        b.hist(q[lab == 1], bins, alpha=0.6, label="members")
+        b.set_xlabel("Q-Skew score per sequence")
+        b.legend()
+    return fig
+
+
+def plot_sweep(res: dict):
+    """AUC of each score against fine-tuning epochs (Figure 2 analogue), mean over runs."""
+    from memlab import plotting
+
+    fig, ax = plotting.figure("single")
+    epochs = sorted(res["sweep"])
+    names = list(res["sweep"][epochs[0]][0])
+    for name in names:
+        y = [np.mean([run[name]["AUC"] for run in res["sweep"][e]]) for e in epochs]
+        ax.plot(epochs, y, marker="o", lw=2.2 if name == "qskew" else 1.2, label=mia.LABELS[name])
+    ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("fine-tuning epochs")
+    ax.set_ylabel("AUC (%)")
+    ax.legend(ncol=2)
+    return fig
+
+
+def sweep_table(res: dict) -> pd.DataFrame:
+    """AUC (%) by epoch (columns) and score (rows), mean over runs."""
+    epochs = sorted(res["sweep"])
+    names = list(res["sweep"][epochs[0]][0])
+    return pd.DataFrame({e: {mia.LABELS[n]: float(np.mean([run[n]["AUC"] for run in res["sweep"][e]]))
+                             for n in names} for e in epochs})

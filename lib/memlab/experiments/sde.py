@@ -1,0 +1,453 @@
+"""Chapter 2 orchestration: SDE on retrained and unlearned CIFAR ResNet-18 models.
+
+The notebook ``notebooks/02_sde.py`` calls these functions; the statistic
+itself lives in :mod:`memlab.sde`. Every function takes the resolved
+:class:`memlab.config.Config` of the chapter, so the three profiles run the
+same code at different sizes.
+
+Subset protocol (all subsets of one comparison have the same size s):
+  * in-training pool: training samples the model saw; out-of-training pool:
+    the held-out training samples (controlled experiment) or the forget set
+    (unlearning evaluation);
+  * in-training reference: one random subset of the in-training pool;
+    out-of-training reference: one random subset of the test set;
+  * targets: ``n_targets`` random subsets of each pool (in-training targets
+    never overlap the in-training reference);
+  * a target is labelled "out" (the positive class of F1) when the method
+    judges it closer to the out-of-training reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import f1_score
+from torch import nn
+
+from memlab import cache, sde
+from memlab.config import ConfigError, Param, seed_everything
+from memlab.data.splits import random_split
+from memlab.data.vision import load_cifar
+from memlab.models.resnet import resnet18
+from memlab.progress import progress
+from memlab.train import evaluate, train_classifier
+from memlab.unlearning import registry
+
+CHAPTER = "02_sde"
+CODE_VERSION = "1"
+FEATURES = ("layer2", "layer3", "penultimate", "logits", "softmax")
+METHODS = ("Retrain", "RandLabel", "Unroll", "Sparsity", "SalUn")
+DETECTORS = ("SDE", "MMD", "Wasserstein")
+OFFLINE_DATASETS = ("cifar10",)
+NOT_RUN_DATASETS = ("SVHN", "CIFAR-100", "Tiny-ImageNet")
+
+P = {"smoke": None, "cpu": None, "paper": None}
+
+
+def _p(smoke, cpu, paper):
+    return {"smoke": smoke, "cpu": cpu, "paper": paper}
+
+
+SPEC: dict[str, Param] = {
+    "seed": Param(int, 0, low=0, doc="seed of data splits, initialisation, subsets and shuffles"),
+    "n_per_class": Param(int, _p(30, 250, 5000), low=10, high=5000, doc="training images per CIFAR-10 class"),
+    "n_test_per_class": Param(int, _p(20, 100, 1000), low=5, high=1000, doc="test images per class"),
+    "width": Param(int, _p(4, 8, 64), low=1, doc="ResNet-18 stem width (64 in the paper)"),
+    "epochs": Param(int, _p(2, 10, 182), low=1, doc="training epochs of every model"),
+    "batch_size": Param(int, _p(32, 64, 128), low=1, doc="training batch size"),
+    "lr": Param(float, _p(0.05, 0.05, 0.1), low=1e-6, high=10.0, doc="peak SGD learning rate (cosine decay)"),
+    "augment": Param(bool, _p(False, False, True), doc="random crop + flip while training"),
+    "holdout_fractions": Param(list, [0.05, 0.1, 0.2], item=float, low=0.01, high=0.5,
+                               doc="fractions R of the training set held out (Table 1 columns)"),
+    "subset_sizes": Param(list, _p([8, 10, 12], [50, 100, 200], [400, 1000, 2000]), item=int, low=4,
+                          doc="subset size |S| for each R, in the same order"),
+    "n_targets": Param(int, _p(3, 20, 50), low=1, doc="target subsets of each kind (in / out) per setting"),
+    "n_shuffles": Param(int, _p(20, 200, 200), low=1, doc="shufflings of the second half per subset"),
+    "n_bins": Param(int, 30, low=2, high=1000, doc="histogram bins of the JSD decision"),
+    "feature": Param(str, "logits", choices=FEATURES, doc="which outputs SDE reads"),
+    "forget_fraction": Param(float, 0.1, low=0.01, high=0.5, doc="forget-set fraction R of the unlearning table"),
+    "methods": Param(list, list(METHODS), item=str, choices=METHODS, doc="unlearning methods of Table 3"),
+    "unlearn_steps": Param(int, _p(2, 40, 400), low=1, doc="SGD steps of RandLabel, Sparsity and SalUn"),
+    "unlearn_lr": Param(float, 0.01, low=1e-6, high=1.0, doc="learning rate of RandLabel, Sparsity and SalUn"),
+    "retain_mix": Param(float, 0.5, low=0.0, high=0.95, doc="retain share of each RandLabel / SalUn batch"),
+    "bandwidth_mults": Param(list, [0.25, 0.5, 1.0, 2.0, 4.0], item=float, low=1e-3, high=1e3,
+                             doc="multipliers of sigma = sqrt(dim) in the bandwidth ablation"),
+    "size_sweep": Param(list, _p([4, 8, 12], [20, 50, 100, 200], [100, 400, 1000, 2000]), item=int, low=4,
+                        doc="subset sizes of the F1-vs-size ablation (largest-R model)"),
+    "depths": Param(list, list(FEATURES), item=str, choices=FEATURES, doc="feature depths of the depth ablation"),
+    "early_fraction": Param(float, 0.2, low=0.01, high=1.0, doc="share of training done by the 'early' model"),
+}
+
+
+def _check_pairs(cfg) -> None:
+    if len(cfg.subset_sizes) != len(cfg.holdout_fractions):
+        raise ConfigError(
+            f"parameter 'subset_sizes': must have one size per holdout fraction "
+            f"({len(cfg.holdout_fractions)}) (got {len(cfg.subset_sizes)})")
+
+
+def _check_sizes_fit(cfg) -> None:
+    n_train, n_test = 10 * cfg.n_per_class, 10 * cfg.n_test_per_class
+    for r, s in zip(cfg.holdout_fractions, cfg.subset_sizes):
+        held = int(round(r * n_train))
+        if s > held or s > n_test or 2 * s > n_train - held:
+            raise ConfigError(
+                f"parameter 'subset_sizes': size {s} for R={r} must be at most the {held} held-out samples, "
+                f"the {n_test} test samples and half the {n_train - held} kept samples")
+    held = int(round(max(cfg.holdout_fractions) * n_train))
+    if max(cfg.size_sweep) > min(held, n_test):
+        raise ConfigError(
+            f"parameter 'size_sweep': sizes must be at most {min(held, n_test)} "
+            f"(held-out samples of the largest R and test samples) (got {max(cfg.size_sweep)})")
+    forget = int(round(cfg.forget_fraction * n_train))
+    if main_size(cfg) > min(forget, n_test):
+        raise ConfigError(
+            f"parameter 'forget_fraction': the forget set ({forget} samples) must hold a subset of size "
+            f"{main_size(cfg)} (the subset size nearest R={cfg.forget_fraction})")
+
+
+CHECKS = [_check_pairs, _check_sizes_fit]
+
+
+def main_size(cfg) -> int:
+    """Subset size of the main setting: the one paired with the R nearest ``forget_fraction``."""
+    i = int(np.argmin([abs(r - cfg.forget_fraction) for r in cfg.holdout_fractions]))
+    return cfg.subset_sizes[i]
+
+
+# ----------------------------------------------------------------------------- data and models
+
+@dataclass
+class Data:
+    """CIFAR-10 tensors: images (N, 3, 32, 32) normalised, labels (N,) int64."""
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_test: torch.Tensor
+    y_test: torch.Tensor
+    num_classes: int = 10
+
+
+def load_data(cfg) -> Data:
+    """Class-balanced CIFAR-10 train and test subsets (offline ImageFolder or torchvision)."""
+    x, y = load_cifar("train", n_per_class=cfg.n_per_class, seed=cfg.seed)
+    xt, yt = load_cifar("test", n_per_class=cfg.n_test_per_class, seed=cfg.seed)
+    return Data(x, y, xt, yt)
+
+
+def holdout_split(cfg, n: int, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(held-out, kept) training indices for fraction R (0 holds out nothing)."""
+    if fraction == 0:
+        return np.array([], dtype=np.int64), np.arange(n)
+    return random_split(n, fraction, seed=cfg.seed + 1)
+
+
+def build_model(cfg) -> nn.Module:
+    """A freshly initialised ResNet-18 (seeded, so its initial weights w_0 are reproducible)."""
+    seed_everything(cfg.seed)
+    return resnet18(num_classes=10, width=cfg.width)
+
+
+def _train_key(cfg, fraction: float) -> dict:
+    keys = ("seed", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
+    return {**{k: cfg[k] for k in keys}, "holdout": fraction}
+
+
+def early_epoch(cfg) -> int:
+    """Number of epochs after which the early checkpoint is taken (at least 1)."""
+    return max(1, int(round(cfg.early_fraction * cfg.epochs)))
+
+
+def train_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module]:
+    """(final, early) models trained on the training set minus a held-out fraction R (cached).
+
+    The early model is the same run's checkpoint after ``early_epoch(cfg)`` epochs.
+    """
+    _, kept = holdout_split(cfg, len(data.y_train), fraction)
+
+    def compute() -> dict[str, torch.Tensor]:
+        model = build_model(cfg)
+        early: dict[str, torch.Tensor] = {}
+
+        def snapshot(epoch: int, m: nn.Module) -> None:
+            if epoch + 1 == early_epoch(cfg):
+                early.update({k: v.detach().clone() for k, v in m.state_dict().items()})
+
+        train_classifier(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
+                         batch_size=cfg.batch_size, lr=cfg.lr, augment=cfg.augment, seed=cfg.seed,
+                         desc=f"train R={fraction:g}", on_epoch_end=snapshot)
+        state = {f"final.{k}": v for k, v in model.state_dict().items()}
+        return {**state, **{f"early.{k}": v for k, v in early.items()}}
+
+    tensors = cache.load_or_compute(CHAPTER, "model", _train_key(cfg, fraction), compute, CODE_VERSION)
+    models = []
+    for prefix in ("final.", "early."):
+        m = build_model(cfg)
+        m.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        models.append(m.eval())
+    return models[0], models[1]
+
+
+# ----------------------------------------------------------------------------- outputs
+
+@torch.no_grad()
+def model_outputs(model: nn.Module, x: torch.Tensor, feature: str, batch_size: int = 512) -> np.ndarray:
+    """(N, d) float64 outputs of ``model`` (eval mode) at depth ``feature`` for images x (N, 3, 32, 32).
+
+    layer2 / layer3: globally average-pooled activations of that stage;
+    penultimate: ``model.features``; logits; softmax probabilities.
+    """
+    if feature not in FEATURES:
+        raise ValueError(f"parameter 'feature': must be one of {', '.join(FEATURES)} (got {feature!r})")
+    model.eval()
+    dev = next(model.parameters()).device
+    grabbed: list[torch.Tensor] = []
+    hook = None
+    if feature in ("layer2", "layer3"):
+        hook = getattr(model, feature).register_forward_hook(
+            lambda _m, _i, out: grabbed.append(F.adaptive_avg_pool2d(out, 1).flatten(1).float().cpu()))
+    out = []
+    try:
+        for i in range(0, len(x), batch_size):
+            xb = x[i:i + batch_size].to(dev)
+            if feature == "penultimate":
+                out.append(model.features(xb).float().cpu())
+                continue
+            logits = model(xb).float().cpu()
+            out.append(logits.softmax(1) if feature == "softmax" else logits)
+    finally:
+        if hook is not None:
+            hook.remove()
+    res = torch.cat(grabbed if hook is not None else out)
+    return res.double().numpy()
+
+
+def all_outputs(model: nn.Module, data: Data, feature: str) -> tuple[np.ndarray, np.ndarray]:
+    """Outputs of every training (N, d) and test (T, d) image."""
+    return model_outputs(model, data.x_train, feature), model_outputs(model, data.x_test, feature)
+
+
+# ----------------------------------------------------------------------------- subset classification
+
+@dataclass
+class Pools:
+    """Row indices into train / test outputs from which subsets of one setting are drawn."""
+
+    in_pool: np.ndarray    # training rows the model saw
+    out_pool: np.ndarray   # training rows it did not see (held-out or forget set)
+
+
+def draw_subsets(pools: Pools, n_test: int, size: int, n_targets: int, rng: np.random.Generator) -> dict:
+    """Indices of the references and targets of one setting, each of ``size`` rows.
+
+    Returns {"in_ref": (s,), "out_ref": (s,) test rows, "in_targets": (n_targets, s),
+    "out_targets": (n_targets, s)}.
+    """
+    if size > len(pools.out_pool) or size > n_test or 2 * size > len(pools.in_pool):
+        raise ValueError(
+            f"size: subset size {size} does not fit the pools ({len(pools.in_pool)} in, "
+            f"{len(pools.out_pool)} out, {n_test} test)")
+    perm = rng.permutation(pools.in_pool)
+    in_ref, in_rest = perm[:size], perm[size:]
+    return {
+        "in_ref": in_ref,
+        "out_ref": rng.choice(n_test, size, replace=False),
+        "in_targets": np.stack([rng.choice(in_rest, size, replace=False) for _ in range(n_targets)]),
+        "out_targets": np.stack([rng.choice(pools.out_pool, size, replace=False) for _ in range(n_targets)]),
+    }
+
+
+def judge_targets(train_out: np.ndarray, test_out: np.ndarray, subsets: dict, cfg, detectors=DETECTORS,
+                  sigma_mult: float = 1.0, seed: int = 0) -> dict:
+    """Verdicts ("out" = True) of every detector on every target; targets in-training first.
+
+    train_out (N, d), test_out (T, d): model outputs. Returns {detector: (2 * n_targets,) bool,
+    "labels": (2 * n_targets,) bool (True for out-of-training targets), "h_in", "h_out": reference
+    dependence distributions, "h_targets": (2 * n_targets, n_shuffles)}.
+    """
+    sigma = sigma_mult * np.sqrt(train_out.shape[1])
+    in_ref, out_ref = train_out[subsets["in_ref"]], test_out[subsets["out_ref"]]
+    targets = [train_out[t] for t in subsets["in_targets"]] + [train_out[t] for t in subsets["out_targets"]]
+    res: dict = {"labels": np.array([False] * len(subsets["in_targets"]) + [True] * len(subsets["out_targets"]))}
+    if "SDE" in detectors:
+        kw = dict(n_shuffles=cfg.n_shuffles, sigma=sigma)
+        h_in = sde.split_half_dependence(in_ref, seed=seed, **kw)
+        h_out = sde.split_half_dependence(out_ref, seed=seed + 1, **kw)
+        h_t = np.stack([sde.split_half_dependence(t, seed=seed + 2 + i, **kw) for i, t in enumerate(targets)])
+        res["SDE"] = np.array([sde.decide(h, h_in, h_out, n_bins=cfg.n_bins)["out"] for h in h_t])
+        res.update(h_in=h_in, h_out=h_out, h_targets=h_t)
+    for name, metric in (("MMD", "mmd"), ("Wasserstein", "wasserstein")):
+        if name in detectors:
+            res[name] = np.array([sde.distance_test(t, in_ref, out_ref, metric)["out"] for t in targets])
+    return res
+
+
+def f1(verdicts: np.ndarray, labels: np.ndarray) -> float:
+    """F1 of out-of-training detection (positive class: the target is out-of-training)."""
+    return float(f1_score(labels, verdicts, pos_label=True, zero_division=0.0))
+
+
+def classify(train_out, test_out, pools: Pools, size: int, cfg, detectors=DETECTORS, sigma_mult=1.0,
+             seed: int = 0) -> dict:
+    """F1 of each detector on one setting: {detector: F1}, plus the raw judgement under "raw"."""
+    subsets = draw_subsets(pools, len(test_out), size, cfg.n_targets, np.random.default_rng(seed))
+    raw = judge_targets(train_out, test_out, subsets, cfg, detectors, sigma_mult, seed)
+    return {**{d: f1(raw[d], raw["labels"]) for d in detectors}, "raw": raw}
+
+
+# ----------------------------------------------------------------------------- Tables 1 and 2, ablations
+
+def controlled_experiment(cfg, data: Data) -> dict:
+    """Table 1 and 2: F1 of SDE, MMD and Wasserstein for every (R, |S|) setting.
+
+    Returns {"f1": DataFrame (rows: detectors; columns "R=5%"...), "sizes": list, "models": {R: (final, early)}}.
+    """
+    rows: dict[str, dict[str, float]] = {d: {} for d in DETECTORS}
+    models = {}
+    for r, size in zip(cfg.holdout_fractions, cfg.subset_sizes):
+        final, early = train_model(cfg, data, r)
+        models[r] = (final, early)
+        held, kept = holdout_split(cfg, len(data.y_train), r)
+        tr, te = all_outputs(final, data, cfg.feature)
+        res = classify(tr, te, Pools(kept, held), size, cfg, seed=cfg.seed)
+        for d in DETECTORS:
+            rows[d][f"R={r * 100:g}%"] = res[d]
+    return {"f1": pd.DataFrame(rows).T, "models": models}
+
+
+def size_sweep(cfg, data: Data, model: nn.Module, fraction: float) -> pd.DataFrame:
+    """F1 of each detector against subset size (rows: sizes in ``cfg.size_sweep``) for one model."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    tr, te = all_outputs(model, data, cfg.feature)
+    out = {}
+    for s in progress(cfg.size_sweep, desc="size sweep"):
+        res = classify(tr, te, Pools(kept, held), s, cfg, seed=cfg.seed + 10)
+        out[s] = {d: res[d] for d in DETECTORS}
+    df = pd.DataFrame(out).T
+    df.index.name = "|S|"
+    return df
+
+
+def bandwidth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int) -> pd.Series:
+    """SDE F1 at the main setting for each multiplier of sigma = sqrt(dim)."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    tr, te = all_outputs(model, data, cfg.feature)
+    vals = {m: classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), sigma_mult=m, seed=cfg.seed)["SDE"]
+            for m in cfg.bandwidth_mults}
+    return pd.Series(vals, name="SDE F1").rename_axis("sigma / sqrt(dim)")
+
+
+def depth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int) -> pd.Series:
+    """SDE F1 at the main setting for outputs taken at each depth in ``cfg.depths``."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    vals = {}
+    for depth in cfg.depths:
+        tr, te = all_outputs(model, data, depth)
+        vals[depth] = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)["SDE"]
+    return pd.Series(vals, name="SDE F1").rename_axis("features")
+
+
+# ----------------------------------------------------------------------------- Table 3: unlearning
+
+def entropy_confidence(probs: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(N, 2) attack features: probability of the true class and prediction entropy (nats).
+
+    probs: (N, K) softmax outputs; y: (N,) labels.
+    """
+    conf = probs[np.arange(len(y)), y]
+    ent = -np.sum(probs * np.log(np.clip(probs, 1e-12, 1.0)), axis=1)
+    return np.stack([conf, ent], axis=1)
+
+
+def mia_asr(member_probs, member_y, nonmember_probs, nonmember_y, forget_probs, forget_y, seed: int = 0) -> float:
+    """Share of the forget set a confidence/entropy attack labels "non-member" (MIA-efficacy).
+
+    A logistic regression on (true-class confidence, entropy) is fitted to
+    retain samples (members) against test samples (non-members), balanced by
+    subsampling the larger side, then applied to the forget set. Higher means
+    the forget set looks less like training data. probs: (N, K) softmax; y: (N,).
+    """
+    rng = np.random.default_rng(seed)
+    n = min(len(member_y), len(nonmember_y))
+    mi = rng.choice(len(member_y), n, replace=False)
+    ni = rng.choice(len(nonmember_y), n, replace=False)
+    xa = np.concatenate([entropy_confidence(member_probs[mi], member_y[mi]),
+                         entropy_confidence(nonmember_probs[ni], nonmember_y[ni])])
+    ya = np.concatenate([np.ones(n), np.zeros(n)])
+    attack = LogisticRegression().fit(xa, ya)
+    return float(np.mean(attack.predict(entropy_confidence(forget_probs, forget_y)) == 0))
+
+
+def method_config(cfg, name: str, init_state: dict) -> dict:
+    """Hyperparameters handed to ``registry.get(name).fn`` for this chapter's scale."""
+    steps = {"steps": cfg.unlearn_steps, "lr": cfg.unlearn_lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
+    if name in ("RandLabel", "SalUn"):
+        return {**steps, "retain_mix": cfg.retain_mix}
+    if name == "Sparsity":
+        return steps
+    if name == "Unroll":
+        # Cosine decay: the mean step size of the original run is half its peak.
+        return {"lr": cfg.lr / 2, "epochs": cfg.epochs, "batch_size": cfg.batch_size, "reference_state": init_state}
+    raise ValueError(f"parameter 'methods': no chapter-2 settings for {name!r}")
+
+
+def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
+    """Original model (trained on everything) and one unlearned model per method in ``cfg.methods``.
+
+    Retrain is the controlled model trained without the forget set (exact
+    unlearning, same recipe), so it is shared with Table 1.
+    """
+    original, _ = train_model(cfg, data, 0)
+    forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
+    splits = registry.Splits(data.x_train[forget], data.y_train[forget], data.x_train[retain],
+                             data.y_train[retain], data.num_classes)
+    init_state = build_model(cfg).state_dict()
+    models = {"Original": original}
+    for name in progress(cfg.methods, desc="unlearning"):
+        if name == "Retrain":
+            models[name] = train_model(cfg, data, cfg.forget_fraction)[0]
+            continue
+        seed_everything(cfg.seed)
+        models[name] = registry.get(name).fn(original, splits, method_config(cfg, name, init_state)).eval()
+    return models
+
+
+def evaluate_unlearning(cfg, data: Data, models: dict[str, nn.Module]) -> dict:
+    """Table 3: Acc_r, Acc_f (%), ASR and OTR (%) of every model, plus dependence distributions.
+
+    OTR: share of ``n_targets`` forget-set subsets (size of the main setting)
+    that SDE judges out-of-training, against an in-training reference from the
+    retain set and an out-of-training reference from the test set.
+    """
+    forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
+    size = main_size(cfg)
+    rng = np.random.default_rng(cfg.seed + 7)
+    subsets = draw_subsets(Pools(retain, forget), len(data.y_test), size, cfg.n_targets, rng)
+    subsets["in_targets"] = subsets["in_targets"][:0]  # only forget-set targets count for OTR
+    ytr, yte = data.y_train.numpy(), data.y_test.numpy()
+    rows, dists = {}, {}
+    for name, model in models.items():
+        tr, te = all_outputs(model, data, cfg.feature)
+        ptr, pte = all_outputs(model, data, "softmax") if cfg.feature != "softmax" else (tr, te)
+        raw = judge_targets(tr, te, subsets, cfg, ("SDE",), seed=cfg.seed)
+        rows[name] = {
+            "Acc_r (%)": 100 * evaluate(model, data.x_train[retain], data.y_train[retain]),
+            "Acc_f (%)": 100 * evaluate(model, data.x_train[forget], data.y_train[forget]),
+            "Acc_test (%)": 100 * evaluate(model, data.x_test, data.y_test),
+            "ASR": mia_asr(ptr[retain], ytr[retain], pte, yte, ptr[forget], ytr[forget], seed=cfg.seed),
+            "OTR (%)": 100 * float(np.mean(raw["SDE"])),
+        }
+        dists[name] = {"in": raw["h_in"], "out": raw["h_out"], "target": raw["h_targets"][0]}
+    return {"table": pd.DataFrame(rows).T, "dists": dists}
+
+
+# ----------------------------------------------------------------------------- claims
+
+def not_run_rows() -> pd.DataFrame:
+    """Table-1 rows for data sets with no offline copy: NaN F1 and the reason."""
+    return pd.DataFrame({"status": ["not run: no offline copy of the data set"] * len(NOT_RUN_DATASETS)},
+                        index=list(NOT_RUN_DATASETS))

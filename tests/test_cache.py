@@ -1,0 +1,113 @@
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from memlab import cache
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.bn = nn.BatchNorm1d(2)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(self.bn(self.lin(x)))
+
+
+def _train(calls):
+    def train(model):
+        calls.append(1)
+        torch.manual_seed(0)
+        model.train()
+        model(torch.randn(8, 3))  # moves BN running statistics
+        with torch.no_grad():
+            model.lin.weight.add_(1.0)
+
+    return train
+
+
+def test_round_trip_loads_instead_of_training(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    calls = []
+    a = cache.load_or_train("ch", "stage", {"lr": 0.1, "n": 2}, Tiny, _train(calls))
+    b = cache.load_or_train("ch", "stage", {"n": 2, "lr": 0.1}, Tiny, _train(calls))  # key order irrelevant
+    assert calls == [1]
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    assert torch.equal(b.bn.running_mean, a.bn.running_mean) and a.bn.num_batches_tracked.item() == 1
+    entry = tmp_path / cache.key("ch", "stage", {"lr": 0.1, "n": 2})
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["stage"] == "stage" and meta["config"] == {"lr": 0.1, "n": 2}
+
+
+def test_key_changes_with_config_and_code_version():
+    k = cache.key("ch", "s", {"a": 1})
+    assert k != cache.key("ch", "s", {"a": 2})
+    assert k != cache.key("ch", "s", {"a": 1}, code_version="2")
+    assert k != cache.key("ch", "t", {"a": 1})
+
+
+def test_no_cache_retrains(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    calls = []
+    cache.load_or_train("ch", "s", {}, Tiny, _train(calls))
+    monkeypatch.setenv("MEMLAB_NO_CACHE", "1")
+    cache.load_or_train("ch", "s", {}, Tiny, _train(calls))
+    assert calls == [1, 1]
+
+
+def test_interrupted_write_leaves_no_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed before rename")
+
+    monkeypatch.setattr(cache, "save_model", crash)
+    with pytest.raises(KeyboardInterrupt):
+        cache.load_or_train("ch", "s", {"x": 1}, Tiny, lambda m: None)
+    assert list(tmp_path.iterdir()) == []  # neither the entry nor its temporary folder
+    monkeypatch.undo()
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    calls = []
+    cache.load_or_train("ch", "s", {"x": 1}, Tiny, _train(calls))
+    assert calls == [1]
+
+
+def test_load_or_compute_tensors(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"a": torch.arange(6).reshape(2, 3).t(), "b": torch.ones(2)}
+
+    first = cache.load_or_compute("ch", "feat", {"k": 1}, compute)
+    second = cache.load_or_compute("ch", "feat", {"k": 1}, compute)
+    assert calls == [1] and torch.equal(first["a"], second["a"]) and torch.equal(second["b"], torch.ones(2))
+    with pytest.raises(TypeError):
+        cache.load_or_compute("ch", "bad", {}, lambda: {"a": [1, 2]})
+
+
+class Tied(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(5, 4)
+        self.out = nn.Linear(4, 5, bias=False)
+        self.out.weight = self.emb.weight  # tied, as in GPT-2
+
+
+def test_tied_weights_round_trip(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+
+    def train(m):
+        with torch.no_grad():
+            m.emb.weight.fill_(0.5)
+
+    cache.load_or_train("ch", "tied", {}, Tied, train)
+    b = cache.load_or_train("ch", "tied", {}, Tied, lambda m: pytest.fail("should load"))
+    assert b.out.weight is b.emb.weight and torch.all(b.emb.weight == 0.5)

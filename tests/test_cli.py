@@ -1,0 +1,131 @@
+"""The chapter runner end to end on a tiny fake chapter: validation, publishing, failure handling."""
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from memlab import chapters, cli
+
+FAKE_SPEC = '''
+from memlab.config import Param
+SPEC = {"seed": Param(int, 0, low=0), "n": Param(int, {"smoke": 2, "cpu": 3, "paper": 9}, low=1, high=5),
+        "fail": Param(bool, False)}
+'''
+
+FAKE_NOTEBOOK = '''
+# %% [markdown]
+# # Fake chapter
+
+# %% tags=["parameters"]
+profile: str = "cpu"  # smoke | cpu | paper
+seed: int = 0  # random seed
+n: int | None = None  # None: profile default
+fail: bool = False  # raise in the third cell
+
+# %%
+import sys
+sys.path.insert(0, {spec_dir!r})
+import fake_spec
+from memlab import config, plotting, results
+cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, seed=seed, n=n, fail=fail)
+run = results.Run(cfg)
+
+# %%
+if cfg.fail:
+    raise RuntimeError("planned failure")
+fig, ax = plotting.figure()
+ax.plot(range(cfg.n))
+plotting.publish(fig, "line", "fake")
+run.record(total=sum(range(cfg.n)))
+run.save(claims=[])
+'''
+
+
+@pytest.fixture
+def fake_project(tmp_path, monkeypatch):
+    spec_dir = tmp_path / "specs"
+    spec_dir.mkdir()
+    (spec_dir / "fake_spec.py").write_text(FAKE_SPEC)
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "fake.py").write_text(FAKE_NOTEBOOK.replace("{spec_dir!r}", repr(str(spec_dir))))
+    monkeypatch.syspath_prepend(str(spec_dir))
+    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "fake_spec", "none.txt"))
+    monkeypatch.setattr(cli, "repo_root", lambda: tmp_path)
+    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
+    return tmp_path
+
+
+def _book_files(root: Path) -> list[str]:
+    book = root / "book"
+    return sorted(str(p.relative_to(book)) for p in book.rglob("*") if p.is_file()) if book.exists() else []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "nope"], "chapter 'nope': must be one of"),
+        (["run", "fake", "-p", "colour", "red"], "parameter 'colour': not a parameter of chapter 'fake'"),
+        (["run", "fake", "-p", "n", "six"], "parameter 'n': must be an integer"),
+        (["run", "fake", "-p", "n", "7"], "parameter 'n': must be an integer in [1, 5]"),
+        (["run", "fake", "--profile", "gpu"], "parameter 'profile': must be one of smoke, cpu, paper"),
+        (["run", "fake", "-p", "n", "2", "-p", "n", "3"], "parameter 'n': given more than once"),
+    ],
+)
+def test_bad_input_stops_before_work(fake_project, capsys, argv, message):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert _book_files(fake_project) == []
+
+
+def test_missing_data_path_is_an_error(fake_project, capsys, monkeypatch):
+    monkeypatch.setenv("MEMLAB_DATA_ROOT", str(fake_project / "no-such-data"))
+    assert cli.main(["run", "fake"]) == 2
+    assert "parameter 'data_root'" in capsys.readouterr().err
+    assert _book_files(fake_project) == []
+
+
+def test_run_publishes_then_failure_keeps_previous_results(fake_project, capsys):
+    assert cli.main(["run", "fake", "--profile", "smoke", "-p", "n", "4"]) == 0
+    files = _book_files(fake_project)
+    assert files == ["chapters/fake.ipynb", "figures/fake/line.png", "figures/fake/line.svg", "results/fake.json"]
+    res = json.loads((fake_project / "book" / "results" / "fake.json").read_text())
+    assert res["metrics"] == {"total": 6} and res["params"]["n"] == 4 and res["profile"] == "smoke"
+    nb = json.loads((fake_project / "book" / "chapters" / "fake.ipynb").read_text())
+    assert any("injected-parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+    before = (fake_project / "book" / "results" / "fake.json").read_bytes()
+
+    assert cli.main(["run", "fake", "--profile", "smoke", "-p", "fail", "true"]) == 1
+    err = capsys.readouterr().err
+    assert "chapter 'fake' failed in cell" in err and "planned failure" in err
+    assert (fake_project / "book" / "results" / "fake.json").read_bytes() == before
+    assert _book_files(fake_project) == files  # nothing half-written, no staging left
+    assert (fake_project / "_build" / "failed" / "fake.ipynb").exists()
+
+
+def test_parse_value():
+    assert cli.parse_value("3") == 3 and cli.parse_value("0.5") == 0.5 and cli.parse_value("[a, b]") == ["a", "b"]
+    assert cli.parse_value("none") is None and cli.parse_value("true") is True and cli.parse_value("GA+FT") == "GA+FT"
+
+
+def test_scorecard_and_toc_filter(tmp_path):
+    book = tmp_path / "book"
+    (book / "results").mkdir(parents=True)
+    cid = next(iter(chapters.CHAPTERS))
+    (book / "results" / f"{cid}.json").write_text(json.dumps({
+        "profile": "cpu",
+        "claims": [{"claim": "a | b", "source": "T1", "verdict": "reproduced", "evidence": "x=1"},
+                   {"claim": "c", "source": "T2", "verdict": "not run at this profile", "evidence": ""}],
+    }))
+    text = cli.write_scorecard(book).read_text()
+    assert "| `cpu` | 1 | 0 | 1 |" in text and "a \\| b" in text and "not run yet" in text
+    (book / "chapters").mkdir()
+    (book / "chapters" / "a.ipynb").write_text("{}")
+    toc = {"root": "book/intro", "parts": [{"caption": "C", "chapters": [{"file": "book/chapters/a"}, {"file": "book/chapters/b"}]},
+                                           {"caption": "Empty", "chapters": [{"file": "book/chapters/c"}]}]}
+    kept, skipped = cli._filtered_toc(toc, tmp_path)
+    assert kept["parts"] == [{"caption": "C", "chapters": [{"file": "book/chapters/a"}]}]
+    assert skipped == ["book/chapters/b", "book/chapters/c"]

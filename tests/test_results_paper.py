@@ -1,0 +1,112 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from memlab import paper, results
+from memlab.config import Config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_run_save_writes_metrics_params_and_provenance(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_OUTPUT_DIR", str(tmp_path))
+    cfg = Config("02_sde", "smoke", {"seed": 3})
+    run = results.Run(cfg)
+    run.record(acc=np.float32(0.5), table={"GA": {"x": np.int64(2)}}, arr=torch.tensor([1.0, float("nan")]))
+    path = run.save(claims=[{"key": "c", "verdict": "reproduced"}])
+    data = json.loads(path.read_text())
+    assert path == tmp_path / "results" / "02_sde.json"
+    assert data["metrics"] == {"acc": 0.5, "table": {"GA": {"x": 2}}, "arr": [1.0, None]}
+    assert data["params"] == {"chapter": "02_sde", "profile": "smoke", "seed": 3}
+    prov = data["provenance"]
+    for field in ("git_commit", "memlab_version", "profile", "device", "torch", "transformers", "wall_time_s", "date"):
+        assert field in prov
+    assert prov["profile"] == "smoke" and prov["wall_time_s"] >= 0
+    assert not list((tmp_path / "results").glob(".*tmp"))
+
+
+def test_atomic_json_failure_keeps_old_file(tmp_path):
+    path = tmp_path / "r.json"
+    results.write_json_atomic(path, {"ok": 1})
+
+    class Boom:
+        def tolist(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        results.write_json_atomic(path, {"bad": Boom()})
+    assert json.loads(path.read_text()) == {"ok": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_provenance_markdown_names_profile_and_rerun_command():
+    md = results.provenance_markdown(Config("01_bn_illusion", "cpu", {"seed": 0}))
+    assert "profile `cpu`" in md and "memlab run 01_bn_illusion --profile cpu" in md and "`seed=0`" in md
+
+
+@pytest.fixture
+def fake_paper(tmp_path, monkeypatch):
+    (tmp_path / "ch.yaml").write_text(yaml.safe_dump({
+        "paper": {"title": "T", "bibkey": "k"},
+        "tables": {"t1": {"source": "Table 1", "rows": {"GA": {"acc": 1.0, "f": 2.0}, "SalUn": {"acc": 3.0}}}},
+        "numbers": {"alpha": {"value": 3.6, "source": "Section 3"}},
+    }))
+    monkeypatch.setattr(paper, "papers_dir", lambda: tmp_path)
+    return tmp_path
+
+
+def test_paper_tables_and_numbers(fake_paper):
+    t = paper.table("ch", "t1")
+    assert t.loc["GA", "acc"] == 1.0 and np.isnan(t.loc["SalUn", "f"]) and t.attrs["source"] == "Table 1"
+    assert paper.number("ch", "alpha") == 3.6 and paper.source("ch", "alpha") == "Section 3"
+    with pytest.raises(KeyError, match="has no paper table 'nope'"):
+        paper.table("ch", "nope")
+
+
+def test_paper_yaml_must_name_sources(tmp_path, monkeypatch):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({"numbers": {"x": {"value": 1}}}))
+    monkeypatch.setattr(paper, "papers_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match="needs 'value' and 'source'"):
+        paper.load("bad")
+
+
+def test_side_by_side_aligns_rows_and_labels_sources():
+    ours = pd.DataFrame({"acc": [10.0, 20.0]}, index=["GA", "Ours-only"])
+    theirs = pd.DataFrame({"acc": [11.0, 30.0], "other": [1, 2]}, index=["GA", "SalUn"])
+    sbs = paper.side_by_side(ours, theirs)
+    assert list(sbs.columns) == [("acc", "paper"), ("acc", "ours")]
+    assert list(sbs.index) == ["GA", "Ours-only", "SalUn"]
+    assert sbs.loc["GA", ("acc", "paper")] == 11.0 and sbs.loc["GA", ("acc", "ours")] == 10.0
+    assert np.isnan(sbs.loc["SalUn", ("acc", "ours")]) and np.isnan(sbs.loc["Ours-only", ("acc", "paper")])
+    with pytest.raises(ValueError):
+        paper.side_by_side(ours, pd.DataFrame({"zzz": [1]}))
+
+
+def test_claim_verdicts():
+    claims = [
+        paper.Claim("big", "x is above 1", "Table 1", lambda m: (m["x"] > 1, f"x = {m['x']}")),
+        paper.Claim("small", "x is below 1", "Table 1", lambda m: (m["x"] < 1, f"x = {m['x']}")),
+        paper.Claim("gpu", "needs paper scale", "Fig. 2", lambda m: (True, ""), profiles=("paper",)),
+        paper.Claim("missing", "uses y", "Fig. 3", lambda m: (m["y"] > 0, "")),
+    ]
+    v = {d["key"]: d for d in paper.evaluate(claims, {"x": 2}, "cpu")}
+    assert v["big"]["verdict"] == paper.REPRODUCED and v["big"]["evidence"] == "x = 2"
+    assert v["small"]["verdict"] == paper.NOT_REPRODUCED
+    assert v["gpu"]["verdict"] == paper.NOT_RUN and v["missing"]["verdict"] == paper.NOT_RUN
+    assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1, paper.NOT_RUN: 2}
+    table = paper.claims_table(list(v.values()))
+    assert list(table.columns) == ["Claim", "Paper source", "Verdict", "Our numbers"]
+    with pytest.raises(ValueError, match="unique"):
+        paper.evaluate(claims[:1] * 2, {"x": 2}, "cpu")
+
+
+def test_shipped_paper_numbers_all_name_their_source():
+    files = sorted((REPO / "data" / "papers").glob("*.yaml"))
+    for f in files:
+        data = paper.load(f.stem)
+        assert data.get("tables") or data.get("numbers"), f

@@ -1,0 +1,199 @@
+"""Tests of chapter 2's orchestration (memlab.experiments.sde) and its unlearning methods."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memlab import config
+from memlab.config import ConfigError
+from memlab.experiments import sde as ex
+from memlab.unlearning import registry
+from memlab.unlearning.sparsity import l1_coefficient, l1_norm
+from memlab.unlearning.unroll import forget_gradient
+
+
+def toy_splits(n_forget=12, n_retain=24, d=6, k=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return registry.Splits(torch.randn(n_forget, d, generator=g), torch.randint(0, k, (n_forget,), generator=g),
+                           torch.randn(n_retain, d, generator=g), torch.randint(0, k, (n_retain,), generator=g), k)
+
+
+def linear(d=6, k=3, seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(d, k)
+
+
+# ----------------------------------------------------------------------------- configuration
+
+def test_profiles_resolve_and_fit():
+    for profile in config.PROFILES:
+        cfg = config.resolve("02_sde", profile)
+        assert len(cfg.subset_sizes) == len(cfg.holdout_fractions)
+
+
+@pytest.mark.parametrize("override, name", [
+    (dict(subset_sizes=[8, 10]), "subset_sizes"),
+    (dict(subset_sizes=[8, 10, 500]), "subset_sizes"),
+    (dict(feature="pixels"), "feature"),
+    (dict(n_shuffles=0), "n_shuffles"),
+    (dict(methods=["Retrain", "Magic"]), "methods"),
+    (dict(size_sweep=[4, 1000]), "size_sweep"),
+    (dict(subset_sizes=[2, 10, 12]), "subset_sizes"),
+])
+def test_bad_parameters_fail_before_work(override, name):
+    with pytest.raises(ConfigError, match=name):
+        config.resolve("02_sde", "smoke", **override)
+
+
+# ----------------------------------------------------------------------------- outputs and subsets
+
+def test_model_outputs_depths():
+    model = ex.resnet18(num_classes=10, width=2).eval()
+    x = torch.randn(5, 3, 32, 32)
+    dims = {"layer2": 4, "layer3": 8, "penultimate": 16, "logits": 10, "softmax": 10}
+    for depth, d in dims.items():
+        out = ex.model_outputs(model, x, depth, batch_size=2)
+        assert out.shape == (5, d) and out.dtype == np.float64
+    probs = ex.model_outputs(model, x, "softmax")
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-6)
+    with torch.no_grad():
+        np.testing.assert_allclose(ex.model_outputs(model, x, "logits"), model(x).double().numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="feature"):
+        ex.model_outputs(model, x, "pixels")
+
+
+def test_draw_subsets_respects_pools():
+    pools = ex.Pools(in_pool=np.arange(0, 60), out_pool=np.arange(60, 80))
+    s = ex.draw_subsets(pools, n_test=30, size=10, n_targets=4, rng=np.random.default_rng(0))
+    assert s["in_targets"].shape == (4, 10) and s["out_targets"].shape == (4, 10)
+    assert not set(s["in_ref"]) & set(s["in_targets"].ravel())
+    assert set(s["in_targets"].ravel()) <= set(pools.in_pool)
+    assert set(s["out_targets"].ravel()) <= set(pools.out_pool)
+    assert s["out_ref"].max() < 30 and len(set(s["out_ref"])) == 10
+    with pytest.raises(ValueError, match="size"):
+        ex.draw_subsets(pools, n_test=30, size=21, n_targets=1, rng=np.random.default_rng(0))
+
+
+def test_judge_targets_separates_tight_from_broad_outputs():
+    # Seen samples: outputs pulled together; unseen (held-out and test): spread out.
+    r = np.random.default_rng(1)
+    train_out = np.concatenate([0.3 * r.normal(size=(120, 4)), 3.0 * r.normal(size=(40, 4))])
+    test_out = 3.0 * r.normal(size=(60, 4))
+    cfg = config.resolve("02_sde", "smoke", n_shuffles=40, n_targets=4)
+    res = ex.classify(train_out, test_out, ex.Pools(np.arange(120), np.arange(120, 160)), 20, cfg)
+    assert res["SDE"] == 1.0 and res["MMD"] == 1.0 and res["Wasserstein"] == 1.0
+    assert res["raw"]["h_targets"].shape == (8, 40)
+
+
+def test_f1_positive_class_is_out():
+    labels = np.array([False, False, True, True])
+    assert ex.f1(np.array([False, False, True, True]), labels) == 1.0
+    assert ex.f1(np.array([True, True, False, False]), labels) == 0.0
+
+
+def test_mia_asr_direction():
+    r = np.random.default_rng(2)
+    k = 5
+    y = r.integers(0, k, 200)
+    confident = np.full((200, k), 0.01)
+    confident[np.arange(200), y] = 1 - 0.01 * (k - 1)
+    flat = r.dirichlet(np.ones(k), 200)
+    assert ex.mia_asr(confident, y, flat, y, confident[:50], y[:50]) == 0.0
+    assert ex.mia_asr(confident, y, flat, y, flat[:50], y[:50]) > 0.9
+
+
+# ----------------------------------------------------------------------------- unlearning methods
+
+def test_methods_registered():
+    for name in ("RandLabel", "Unroll", "Sparsity"):
+        assert registry.get(name).fn is not None
+    assert registry.bn_mode("Unroll") == "eval"
+
+
+def test_unroll_adds_scaled_forget_gradient_at_reference():
+    splits = toy_splits()
+    model, ref = linear(seed=0), linear(seed=1)
+    cfg = {"lr": 0.1, "epochs": 3, "batch_size": 4, "reference_state": ref.state_dict()}
+    out = registry.get("Unroll").fn(model, splits, cfg)
+    ref.zero_grad()
+    F.cross_entropy(ref(splits.forget_x), splits.forget_y, reduction="sum").backward()
+    scale = 0.1 * 3 / 4
+    np.testing.assert_allclose(out.weight.detach(), model.weight.detach() + scale * ref.weight.grad, atol=1e-6)
+    np.testing.assert_allclose(out.bias.detach(), model.bias.detach() + scale * ref.bias.grad, atol=1e-6)
+    # Batching does not change the summed gradient.
+    g1 = forget_gradient(linear(seed=1), splits.forget_x, splits.forget_y, 5)
+    g2 = forget_gradient(linear(seed=1), splits.forget_x, splits.forget_y, 100)
+    for a, b in zip(g1, g2):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_unroll_zero_lr_is_identity_and_original_untouched():
+    splits = toy_splits()
+    model = linear()
+    before = [p.detach().clone() for p in model.parameters()]
+    out = registry.get("Unroll").fn(model, splits, {"lr": 0.0})
+    for a, b, c in zip(before, model.parameters(), out.parameters()):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_sparsity_l1_decay_and_effect():
+    assert l1_coefficient(0.5, 0, 10) == 0.5 and l1_coefficient(0.5, 5, 10) == 0.25
+    splits = toy_splits()
+    model = linear()
+    strong = registry.get("Sparsity").fn(model, splits, {"steps": 30, "alpha": 0.05, "lr": 0.05,
+                                                         "batch_size": 8, "weight_decay": 0.0})
+    plain = registry.get("Sparsity").fn(model, splits, {"steps": 30, "alpha": 0.0, "lr": 0.05,
+                                                        "batch_size": 8, "weight_decay": 0.0})
+    assert float(l1_norm(strong)) < float(l1_norm(plain))
+
+
+def test_randlabel_moves_forget_predictions_and_checks_keys():
+    splits = toy_splits(n_forget=30, k=3)
+    model = linear()
+    torch.manual_seed(0)
+    # Fit the forget labels first, so random relabelling has something to undo.
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for _ in range(200):
+        opt.zero_grad()
+        F.cross_entropy(model(splits.forget_x), splits.forget_y).backward()
+        opt.step()
+    acc = lambda m: float((m(splits.forget_x).argmax(1) == splits.forget_y).float().mean())
+    out = registry.get("RandLabel").fn(model, splits, {"steps": 100, "lr": 0.1, "batch_size": 8,
+                                                       "retain_mix": 0.0})
+    assert acc(out) < acc(model)
+    with pytest.raises(ValueError, match="unknown hyperparameter"):
+        registry.get("RandLabel").fn(model, splits, {"epochs": 1})
+    with pytest.raises(ValueError, match="retain_mix"):
+        registry.get("RandLabel").fn(model, splits, {"retain_mix": 1.0})
+
+
+# ----------------------------------------------------------------------------- paper profile at toy size
+
+def synthetic_data(n_per_class=20, n_test_per_class=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(10).repeat_interleave(n_per_class)
+    yt = torch.arange(10).repeat_interleave(n_test_per_class)
+    return ex.Data(torch.randn(len(y), 3, 32, 32, generator=g), y, torch.randn(len(yt), 3, 32, 32, generator=g), yt)
+
+
+def test_paper_profile_structure_at_toy_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
+    cfg = config.resolve("02_sde", "paper", n_per_class=20, n_test_per_class=6, width=2, epochs=2,
+                         batch_size=64, subset_sizes=[4, 6, 8], size_sweep=[4, 8], n_targets=2,
+                         n_shuffles=5, unlearn_steps=1)
+    assert cfg.augment and cfg.feature == "logits"
+    data = synthetic_data()
+    table = ex.controlled_experiment(cfg, data)["f1"]
+    assert list(table.index) == list(ex.DETECTORS) and list(table.columns) == ["R=5%", "R=10%", "R=20%"]
+    assert ((table >= 0) & (table <= 1)).all().all()
+    models = ex.unlearn_all(cfg, data)
+    assert list(models) == ["Original", *ex.METHODS]
+    res = ex.evaluate_unlearning(cfg, data, models)
+    assert ((res["table"]["OTR (%)"] >= 0) & (res["table"]["OTR (%)"] <= 100)).all()
+    assert res["dists"]["Unroll"]["target"].shape == (5,)
+    # A second call hits the cache: identical weights.
+    again = ex.train_model(cfg, data, 0.1)[0]
+    for a, b in zip(again.state_dict().values(), models["Retrain"].state_dict().values()):
+        assert torch.equal(a, b)
