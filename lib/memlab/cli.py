@@ -269,6 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                    help="override a parameter (value parsed as YAML: 3, 0.5, [1, 2], none)")
     r.add_argument("--no-cache", action="store_true", help="re-train instead of loading cached models")
+    r.add_argument("--cache-dir", default=None, help="folder of the model cache (default data/cache/models)")
     r.add_argument("--allow-download", action="store_true", help="let loaders reach the network (hub, torchvision)")
     r.add_argument("--book-dir", default=None, help="where chapters/, results/, figures/ go (default book/)")
     r.add_argument("--log-output", action="store_true", help="stream the notebook's output while it runs")
@@ -291,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if dup:
                 raise ConfigError(f"parameter {sorted(dup)[0]!r}: given more than once")
             params = {n: parse_value(v) for n, v in args.param}
+            if args.cache_dir:
+                os.environ["MEMLAB_CACHE"] = str(Path(args.cache_dir).expanduser().resolve())
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
                         args.log_output)
         elif args.command == "book":

@@ -144,7 +144,9 @@ class Run:
     def save(self, claims: list[dict] | None = None) -> Path:
         """Write ``results/<chapter>.json`` (metrics, params, claims, provenance) atomically."""
         path = results_path(self.chapter)
-        write_json_atomic(path, self.payload(claims))
+        payload = self.payload(claims)
+        write_json_atomic(path, payload)
+        _show_closing_line(payload)
         return path
 
     def provenance_box(self) -> None:
@@ -152,6 +154,22 @@ class Run:
         from IPython.display import Markdown, display
 
         display(Markdown(provenance_markdown(self.cfg)))
+
+
+def _show_closing_line(payload: dict) -> None:
+    """In a notebook, say how long the run took and where its numbers went."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - ipython ships with the notebook stack
+        return
+    if get_ipython() is None:
+        return
+    prov = payload["provenance"]
+    display(Markdown(
+        f"*This page ran at the `{payload['profile']}` profile in {prov['wall_time_s']:.0f} s on {prov['device']}; "
+        f"its numbers are in `book/results/{payload['chapter']}.json`.*"
+    ))
 
 
 def provenance_markdown(cfg: Config) -> str:

@@ -133,7 +133,8 @@ def train_until_plateau(
     evaluations gained less than ``tol`` relative, or after ``max_steps``.
     Learning rate: linear warm-up over the first eval interval, then constant,
     so stopping time is set by the data, not by a schedule.
-    Returns ``{"step": [...], "value": [...], "stopped": "plateau" | "max_steps"}``.
+    Returns ``{"step": [...], "value": [...], "stopped": "plateau" | "max_steps",
+    "tokens": tokens trained on}``.
     """
     from memlab.capacity import plateaued
 
@@ -144,7 +145,7 @@ def train_until_plateau(
     warmup = max(1, min(eval_every, max_steps // 10))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     gen = torch.Generator().manual_seed(seed)
-    history = {"step": [0], "value": [evaluate()], "stopped": "max_steps"}
+    history = {"step": [0], "value": [evaluate()], "stopped": "max_steps", "tokens": 0}
     model.train()
     bar = progress(total=max_steps, desc=desc)
     step = 0
@@ -159,6 +160,7 @@ def train_until_plateau(
             opt.step()
             sched.step()
             step += 1
+            history["tokens"] += batch.numel()
             bar.update(1)
             if step % eval_every == 0 or step == max_steps:
                 history["step"].append(step)

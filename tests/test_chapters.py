@@ -1,0 +1,151 @@
+"""End to end: a smoke run of every chapter (network off), the book build, a real browser.
+
+The smoke outputs go to a temporary book folder, never over the published
+cpu-profile outputs in book/.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from memlab import cli
+from memlab.chapters import CHAPTERS
+
+REPO = Path(__file__).resolve().parents[1]
+RUNNABLE = [c for c in CHAPTERS if (REPO / CHAPTERS[c].source).exists()]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def smoke_project(tmp_path_factory):
+    """A project folder with the book's pages and every chapter executed at the smoke profile."""
+    root = tmp_path_factory.mktemp("smoke-book")
+    shutil.copy(REPO / "_config.yml", root / "_config.yml")
+    shutil.copy(REPO / "_toc.yml", root / "_toc.yml")
+    shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns("chapters", "results", "figures", ".staging-*"))
+    env = {"MEMLAB_OFFLINE": "1", "MEMLAB_PROGRESS": "0"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    outcomes = {}
+    try:
+        for chapter in RUNNABLE:
+            try:
+                cli.run_chapter(chapter, "smoke", book_dir=root / "book")
+                outcomes[chapter] = None
+            except Exception as e:  # reported per chapter by the test below
+                outcomes[chapter] = f"{type(e).__name__}: {e}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return root, outcomes
+
+
+@pytest.mark.parametrize("chapter", RUNNABLE)
+def test_chapter_runs_at_smoke_profile(smoke_project, chapter):
+    root, outcomes = smoke_project
+    assert outcomes[chapter] is None, outcomes[chapter]
+    import json
+
+    res = json.loads((root / "book" / "results" / f"{chapter}.json").read_text())
+    assert res["profile"] == "smoke" and res["metrics"], "results must hold metrics"
+    assert res["claims"], "every chapter ends with a claims table"
+    assert {c["verdict"] for c in res["claims"]} <= {"reproduced", "not reproduced", "not run at this profile"}
+    assert list((root / "book" / "figures" / chapter).glob("*.png")), "every chapter publishes figures"
+    assert list((root / "book" / "figures" / chapter).glob("*.svg"))
+
+
+@pytest.fixture(scope="session")
+def built_book(smoke_project):
+    root, outcomes = smoke_project
+    index = cli.render(root=root, out=root / "_build")
+    return root / "_build" / "html", index
+
+
+def test_book_renders_every_chapter_without_errors(built_book, smoke_project):
+    html, index = built_book
+    assert index.exists()
+    for page in ("book/scorecard.html", "book/rerunning.html", "book/bibliography.html", "book/exercises.html"):
+        assert (html / page).exists(), page
+    for chapter in RUNNABLE:
+        page = html / "book" / "chapters" / f"{chapter}.html"
+        assert page.exists(), f"{chapter} missing from the book"
+        text = page.read_text()
+        assert "Traceback" not in text and 'class="output traceback' not in text, f"{chapter} shows an error"
+        assert "Provenance" in text, f"{chapter} has no provenance box"
+        imgs = re.findall(r'<img[^>]+src="([^"]+)"', text)
+        assert imgs, f"{chapter} shows no figure"
+        for src in imgs:
+            if not src.startswith(("http", "data:")):
+                assert (page.parent / src).resolve().exists(), f"{chapter}: broken image {src}"
+    score = (html / "book" / "scorecard.html").read_text()
+    for chapter in RUNNABLE:
+        assert CHAPTERS[chapter].title in score
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_browser_sees_no_console_errors_and_every_image_loads(built_book):
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Debian's chromium (scripts/setup.sh installs it)")
+        pytest.skip("needs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    html, _ = built_book
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    pages = ["index.html", "book/scorecard.html"] + [f"book/chapters/{c}.html" for c in RUNNABLE]
+    problems = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=chromium,
+                args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            )
+            for path in pages:
+                page = browser.new_page()
+                external_failed = set()
+                errors = []
+                # The book is read online; here only loopback exists, so requests to CDNs
+                # (MathJax) are blocked and their load failures are not the page's errors.
+                page.route(re.compile(r"^https?://(?!127\.0\.0\.1).*"), lambda route: route.abort())
+                page.on("requestfailed", lambda req: external_failed.add(req.url) if not req.url.startswith(base) else None)
+                page.on("console", lambda msg: errors.append(msg) if msg.type == "error" else None)
+                page.on("pageerror", lambda exc: problems.append(f"{path}: page error {exc}"))
+                resp = page.goto(f"{base}/{path}", wait_until="load")
+                assert resp is not None and resp.ok, f"{path}: HTTP {resp.status if resp else 'none'}"
+                page.wait_for_timeout(300)
+                for msg in errors:
+                    url = (msg.location or {}).get("url", "")
+                    if url in external_failed or (not url.startswith(base) and "Failed to load resource" in msg.text):
+                        continue
+                    problems.append(f"{path}: console error {msg.text} ({url})")
+                broken = page.evaluate(
+                    "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+                )
+                problems += [f"{path}: image did not load {src}" for src in broken if src.startswith(base)]
+                n_images = page.evaluate("document.images.length")
+                if path.startswith("book/chapters/"):
+                    assert n_images > 0, f"{path}: no images"
+                page.close()
+            browser.close()
+    finally:
+        server.shutdown()
+    assert not problems, "\n".join(problems)
