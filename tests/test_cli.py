@@ -122,6 +122,7 @@ def test_scorecard_and_toc_filter(tmp_path):
     }))
     text = cli.write_scorecard(book).read_text()
     assert "| `cpu` | 1 | 0 | 1 |" in text and "a \\| b" in text and "not run yet" in text
+    assert "| `cpu` | 1 | 0 | 1 |" in (book / "_scorecard_summary.md").read_text()
     (book / "chapters").mkdir()
     (book / "chapters" / "a.ipynb").write_text("{}")
     toc = {"root": "book/intro", "parts": [{"caption": "C", "chapters": [{"file": "book/chapters/a"}, {"file": "book/chapters/b"}]},

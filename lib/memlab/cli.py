@@ -179,17 +179,11 @@ def run_chapter(
 # ----------------------------------------------------------------------------- rendering
 
 def write_scorecard(book: Path) -> Path:
-    """``book/scorecard.md``: every chapter's claim verdicts, from its results file."""
+    """``book/scorecard.md`` (every claim) and ``book/_scorecard_summary.md`` (counts, on the front page)."""
     from memlab.paper import VERDICTS
     from memlab.results import load_results
 
-    lines = [
-        "# Scorecard",
-        "",
-        "Every claim the chapters test, with its verdict at the profile that produced the published page. "
-        "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
-        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU).",
-        "",
+    summary = [
         "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " |",
         "|---|---|" + "---|" * len(VERDICTS),
     ]
@@ -197,17 +191,26 @@ def write_scorecard(book: Path) -> Path:
     for cid, ch in CHAPTERS.items():
         res = load_results(cid, book)
         if res is None:
-            lines.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " |")
+            summary.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " |")
             continue
         counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
-        lines.append(f"| [{ch.title}](chapters/{cid}.ipynb) | `{res['profile']}` | "
-                     + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
-        details += ["", f"## {ch.title}", "", "| Claim | Paper source | Verdict | Our numbers |", "|---|---|---|---|"]
+        summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+        details += ["", f"## {ch.title}", "", f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).",
+                    "", "| Claim | Paper source | Verdict | Our numbers |", "|---|---|---|---|"]
         for c in res.get("claims", []):
             cells = [str(c.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in ("claim", "source", "verdict", "evidence")]
             details.append("| " + " | ".join(cells) + " |")
+    intro = [
+        "# Scorecard",
+        "",
+        "Every claim the chapters test, with its verdict at the profile that produced the published page. "
+        "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
+        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU).",
+        "",
+    ]
+    (book / "_scorecard_summary.md").write_text("\n".join(summary) + "\n")
     path = book / "scorecard.md"
-    path.write_text("\n".join(lines + details) + "\n")
+    path.write_text("\n".join(intro + summary + details) + "\n")
     return path
 
 
