@@ -237,7 +237,10 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
     write_scorecard(root / "book")
     with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
         stage = Path(tmp)
-        shutil.copy(root / "_config.yml", stage / "_config.yml")
+        conf = yaml.safe_load((root / "_config.yml").read_text())
+        extra_bib = sorted(f"book/bib/{p.name}" for p in (root / "book" / "bib").glob("*.bib"))
+        conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
+        (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
         shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
         toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), root)
         for f in skipped:
