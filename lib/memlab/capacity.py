@@ -209,7 +209,9 @@ def membership_f1(member_losses, nonmember_losses) -> float:
 
 
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    from scipy.special import expit  # overflow-free logistic
+
+    return expit(x)
 
 
 def membership_f1_law(n_params, n_samples, seq_len, vocab_size, c1=C1, c2=C2, c3=C3):

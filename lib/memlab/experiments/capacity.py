@@ -47,15 +47,15 @@ SPEC: dict[str, Param] = {
     "model_sizes": Param(list, _p(["1x4", "1x8"], ["1x8", "1x12", "1x16", "2x16"],
                                   ["1x32", "2x64", "4x128", "4x256", "8x256", "8x512"]), item=str,
                          doc="GPT-2 models of the capacity sweep, 'LxD' = L layers of width D"),
-    "dataset_sizes": Param(list, _p([4, 16, 64], [16, 32, 64, 128, 256],
+    "dataset_sizes": Param(list, _p([4, 16, 64], [16, 64, 128, 256],
                                     [4000, 16000, 64000, 256000, 1000000, 4000000]), item=int, low=1,
                            doc="N: sequences per uniform data set (Figure 1 x-axis)"),
     "precision": Param(str, _p("fp32", "fp32", "bf16"), choices=g2.PRECISIONS,
                        doc="parameter precision of the main sweep (paper: bf16)"),
-    "precision_dataset_sizes": Param(list, _p([16, 64], [128, 256], [256000, 1000000, 4000000]), item=int, low=1,
+    "precision_dataset_sizes": Param(list, _p([64], [256], [1000000, 4000000]), item=int, low=1,
                                      doc="N re-run at the other precision for the fp32-vs-bf16 alpha"),
-    "max_steps": Param(int, _p(40, 1000, 1_000_000), low=1, doc="step cap of one run (the plateau rule stops earlier)"),
-    "eval_every": Param(int, _p(10, 100, 5000), low=1, doc="steps between memorisation evaluations"),
+    "max_steps": Param(int, _p(40, 500, 1_000_000), low=1, doc="step cap of one run (the plateau rule stops earlier)"),
+    "eval_every": Param(int, _p(10, 50, 5000), low=1, doc="steps between memorisation evaluations"),
     "patience": Param(int, _p(2, 3, 5), low=1, doc="plateau rule: evaluations without enough gain before stopping"),
     "tol": Param(float, _p(0.01, 0.01, 0.005), low=0.0, high=1.0, doc="plateau rule: relative gain that counts"),
     "lr": Param(float, _p(1e-2, 1e-2, 1e-3), low=1e-6, high=1.0, doc="Adam learning rate"),
@@ -68,22 +68,18 @@ SPEC: dict[str, Param] = {
     "a1_vocab_sizes": Param(list, _p([4, 8], [4, 16, 64, 256], [256, 512, 1024, 2048, 4096]), item=int, low=2,
                             doc="V values of Appendix A.1 (at S = a1_fixed_seq_len)"),
     "a1_fixed_seq_len": Param(int, _p(4, 8, 64), low=2, doc="S while V varies in Appendix A.1"),
-    "text_vocab_size": Param(int, _p(160, 256, 8192), low=140, doc="BPE vocabulary of the WikiText-2 runs"),
+    "text_vocab_size": Param(int, _p(160, 160, 8192), low=140, doc="BPE vocabulary of the WikiText-2 runs"),
     "text_seq_len": Param(int, _p(40, 64, 64), low=3, doc="tokens per text sequence (paper 64)"),
     "text_model_sizes": Param(list, _p(["1x8"], ["1x16", "1x32"], ["2x64", "4x128", "4x256"]), item=str,
                               doc="models trained on text"),
-    "text_dataset_sizes": Param(list, _p([8, 32, 64], [32, 128, 512, 2048], [1000, 4000, 16000, 32000]),
+    "text_dataset_sizes": Param(list, _p([8, 32, 64], [32, 128, 512, 1024], [500, 1000, 2000, 4000]),
                                 item=int, low=1, doc="N: text sequences per training set"),
-    "text_test_size": Param(int, _p(32, 256, 2000), low=2, doc="held-out text sequences (members' counterpart)"),
+    "text_test_size": Param(int, _p(32, 256, 1000), low=2, doc="held-out text sequences (members' counterpart)"),
     "reference_model": Param(str, _p("1x8", "2x32", "8x512"), doc="reference model, trained on the largest text set"),
-    "text_max_steps": Param(int, _p(30, 400, 200_000), low=1, doc="step cap of one text run"),
+    "text_max_steps": Param(int, _p(30, 300, 200_000), low=1, doc="step cap of one text run"),
     "prefix_len": Param(int, 32, low=1, doc="prompt tokens of greedy extraction (paper 32)"),
     "memory_gib": Param(float, _p(4.0, 8.0, 140.0), low=0.01, doc="memory one training run may use"),
 }
-
-
-def _sizes(cfg) -> list[str]:
-    return list(cfg.model_sizes) + list(cfg.text_model_sizes) + [cfg.reference_model, cfg.a1_model]
 
 
 def _check_sizes(cfg) -> None:
@@ -303,7 +299,11 @@ def reference_code_lengths(cfg, corpus: dict) -> dict[str, np.ndarray]:
 
 
 def text_run(cfg, corpus: dict, ref: dict, size: str, n_samples: int, alpha: float) -> dict:
-    """Train one model on the first N pool sequences; memorisation, losses, MIA, extraction."""
+    """Train one model on the first N pool sequences; memorisation, losses, MIA, extraction.
+
+    Extraction is measured on the test set and on as many training sequences
+    (the first ``text_test_size``), so both rates have the same precision.
+    """
     V, S = corpus["vocab_size"], cfg.text_seq_len
     key = {"size": size, "n": n_samples, "V": V, "S": S, "seed": cfg.seed, "precision": cfg.precision,
            "prefix": cfg.prefix_len, "n_test": cfg.text_test_size,
@@ -344,6 +344,18 @@ def text_sweep(cfg, corpus: dict, ref: dict, alpha: float) -> pd.DataFrame:
     """Figures 2, 3, 9 and 17 data: every text model on every N."""
     rows = [text_run(cfg, corpus, ref, m, n, alpha) for m in cfg.text_model_sizes for n in cfg.text_dataset_sizes]
     return pd.DataFrame(rows)
+
+
+def tfidf_run(text: pd.DataFrame, model: str, min_positive: int = 20) -> pd.Series:
+    """The run of ``model`` for Figure 16: its largest N with >= ``min_positive`` memorised samples.
+
+    Falls back to its smallest N, so a model that memorised little still gets a plot.
+    """
+    runs = text[text["model"] == model].sort_values("n_samples")
+    if runs.empty:
+        raise ValueError(f"parameter 'model': no text run of {model!r}")
+    enough = runs[[int((r > 0).sum()) >= min_positive for r in runs["per_sample_unintended"]]]
+    return (enough if len(enough) else runs).iloc[-1 if len(enough) else 0]
 
 
 def tfidf_vs_memorization(corpus: dict, row: pd.Series) -> pd.DataFrame:

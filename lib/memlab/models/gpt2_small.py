@@ -31,10 +31,10 @@ class Size:
 
     @property
     def n_head(self) -> int:
-        for h in (max(1, self.n_embd // 64), 4, 2, 1):
-            if self.n_embd % h == 0 and self.n_embd // h >= 4:
-                return h
-        return 1
+        h = -(-self.n_embd // 64)  # fewest heads of size <= 64 that divide the width
+        while self.n_embd % h:
+            h += 1
+        return h
 
     def __str__(self) -> str:
         return f"{self.n_layer}x{self.n_embd}"
