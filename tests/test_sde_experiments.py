@@ -10,7 +10,7 @@ from memlab.config import ConfigError
 from memlab.experiments import sde as ex
 from memlab.unlearning import registry
 from memlab.unlearning.sparsity import l1_coefficient, l1_norm
-from memlab.unlearning.unroll import forget_gradient
+from memlab.unlearning.unroll import accumulate_forget_gradient, forget_gradient
 
 
 def toy_splits(n_forget=12, n_retain=24, d=6, k=3, seed=0):
@@ -128,6 +128,29 @@ def test_unroll_adds_scaled_forget_gradient_at_reference():
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+def test_unroll_adds_recorded_accumulated_contribution():
+    splits = toy_splits()
+    model, along = linear(seed=0), linear(seed=2)
+    acc = {}
+    for step in (0.1, 0.05):  # two "epochs" at different learning rates
+        acc = accumulate_forget_gradient(along, splits.forget_x, splits.forget_y, step, 4, acc)
+    along.zero_grad()
+    F.cross_entropy(along(splits.forget_x), splits.forget_y, reduction="sum").backward()
+    np.testing.assert_allclose(acc["weight"], 0.15 * along.weight.grad, atol=1e-6)
+    out = registry.get("Unroll").fn(model, splits, {"accumulated": acc})
+    np.testing.assert_allclose(out.weight.detach(), model.weight.detach() + acc["weight"], atol=1e-7)
+    with pytest.raises(ValueError, match="lacks parameter"):
+        registry.get("Unroll").fn(model, splits, {"accumulated": {"weight": acc["weight"]}})
+
+
+def test_epoch_mean_lrs_follow_cosine():
+    cfg = config.resolve("02_sde", "smoke", epochs=4, batch_size=10)
+    lrs = ex.epoch_mean_lrs(cfg, 100)
+    assert lrs.shape == (4,) and np.all(np.diff(lrs) < 0)
+    # Mean of the cosine schedule over the run is half the peak learning rate.
+    assert lrs.mean() == pytest.approx(cfg.lr / 2, rel=0.05)
+
+
 def test_unroll_zero_lr_is_identity_and_original_untouched():
     splits = toy_splits()
     model = linear()
@@ -185,7 +208,13 @@ def test_paper_profile_structure_at_toy_size(tmp_path, monkeypatch):
                          n_shuffles=5, unlearn_steps=1)
     assert cfg.augment and cfg.feature == "logits"
     data = synthetic_data()
-    table = ex.controlled_experiment(cfg, data)["f1"]
+    controlled = ex.controlled_experiment(cfg, data)
+    table = controlled["f1"]
+    final, early = controlled["models"][0.2]
+    assert list(ex.size_sweep(cfg, data, final, 0.2).index) == [4, 8]
+    assert list(ex.bandwidth_ablation(cfg, data, final, 0.1, 6).index) == cfg.bandwidth_mults
+    assert list(ex.depth_ablation(cfg, data, final, 0.1, 6).index) == list(ex.FEATURES)
+    assert 0.0 <= ex.early_check(cfg, data, early, 0.1, 6) <= 1.0
     assert list(table.index) == list(ex.DETECTORS) and list(table.columns) == ["R=5%", "R=10%", "R=20%"]
     assert ((table >= 0) & (table <= 1)).all().all()
     models = ex.unlearn_all(cfg, data)
@@ -193,7 +222,37 @@ def test_paper_profile_structure_at_toy_size(tmp_path, monkeypatch):
     res = ex.evaluate_unlearning(cfg, data, models)
     assert ((res["table"]["OTR (%)"] >= 0) & (res["table"]["OTR (%)"] <= 100)).all()
     assert res["dists"]["Unroll"]["target"].shape == (5,)
+    acc = ex.unroll_accumulated(cfg, data)
+    assert set(acc) == {n for n, _ in models["Original"].named_parameters()}
     # A second call hits the cache: identical weights.
     again = ex.train_model(cfg, data, 0.1)[0]
     for a, b in zip(again.state_dict().values(), models["Retrain"].state_dict().values()):
         assert torch.equal(a, b)
+
+
+def fake_metrics(**changes):
+    m = {
+        "f1": {"SDE": {"R=5%": 0.9, "R=10%": 0.95, "R=20%": 1.0}, "MMD": {"R=5%": 0.6, "R=10%": 0.7, "R=20%": 0.8},
+               "Wasserstein": {"R=5%": 0.7, "R=10%": 0.89, "R=20%": 0.9}},
+        "main_column": "R=10%",
+        "size_sweep": {"SDE": {"20": 0.6, "40": 0.8, "80": 0.9}},
+        "table3": {"Retrain": {"OTR (%)": 87.0, "ASR": 0.30}, "Unroll": {"OTR (%)": 3.0, "ASR": 0.31}},
+        "bandwidth": {"0.25": 0.7, "0.5": 0.9, "1.0": 0.95, "2.0": 0.92, "4.0": 0.8},
+        "depth": {"layer2": 0.6, "layer3": 0.7, "penultimate": 0.9, "logits": 0.95, "softmax": 0.9},
+        "early_f1": 0.8,
+    }
+    m.update(changes)
+    return m
+
+
+def test_claims_on_paper_like_and_contrary_metrics():
+    from memlab import paper
+
+    good = paper.evaluate(ex.claims(), fake_metrics(), "cpu")
+    assert all(v["verdict"] == paper.REPRODUCED for v in good), good
+    bad = fake_metrics(
+        table3={"Retrain": {"OTR (%)": 60.0, "ASR": 0.30}, "Unroll": {"OTR (%)": 40.0, "ASR": 0.31}},
+        size_sweep={"SDE": {"20": 0.9, "40": 0.7, "80": 0.95}}, early_f1=0.5)
+    verdicts = {v["key"]: v["verdict"] for v in paper.evaluate(ex.claims(), bad, "cpu")}
+    assert verdicts["unroll"] == verdicts["size"] == verdicts["early"] == paper.NOT_REPRODUCED
+    assert all(v["verdict"] == paper.NOT_RUN for v in paper.evaluate(ex.claims(), fake_metrics(), "smoke"))

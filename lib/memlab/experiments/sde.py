@@ -36,13 +36,13 @@ from memlab.models.resnet import resnet18
 from memlab.progress import progress
 from memlab.train import train_classifier
 from memlab.unlearning import registry
+from memlab.unlearning.unroll import accumulate_forget_gradient
 
 CHAPTER = "02_sde"
 CODE_VERSION = "1"
 FEATURES = ("layer2", "layer3", "penultimate", "logits", "softmax")
 METHODS = ("Retrain", "RandLabel", "Unroll", "Sparsity", "SalUn")
 DETECTORS = ("SDE", "MMD", "Wasserstein")
-OFFLINE_DATASETS = ("cifar10",)
 NOT_RUN_DATASETS = ("SVHN", "CIFAR-100", "Tiny-ImageNet")
 
 def _p(smoke, cpu, paper):
@@ -151,7 +151,10 @@ def build_model(cfg) -> nn.Module:
 
 def _train_key(cfg, fraction: float) -> dict:
     keys = ("seed", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
-    return {**{k: cfg[k] for k in keys}, "holdout": fraction}
+    key = {**{k: cfg[k] for k in keys}, "holdout": fraction}
+    if fraction == 0:  # the original model also records Unroll's accumulated forget gradients
+        key["unroll_forget"] = cfg.forget_fraction
+    return key
 
 
 def early_epoch(cfg) -> int:
@@ -159,34 +162,66 @@ def early_epoch(cfg) -> int:
     return max(1, int(round(cfg.early_fraction * cfg.epochs)))
 
 
+def epoch_mean_lrs(cfg, n_train: int) -> np.ndarray:
+    """(epochs,) mean learning rate of each epoch under train_classifier's per-step cosine decay."""
+    steps = int(np.ceil(n_train / cfg.batch_size))
+    t = np.arange(cfg.epochs * steps)
+    lrs = cfg.lr * (1 + np.cos(np.pi * t / (cfg.epochs * steps))) / 2
+    return lrs.reshape(cfg.epochs, steps).mean(axis=1)
+
+
+def _trained_tensors(cfg, data: Data, fraction: float) -> dict[str, torch.Tensor]:
+    """Cached tensors of one training run: "final.*" and "early.*" state dicts and, for the
+    original model (R = 0), "unroll.*": the forget set's lr/B-weighted gradients summed over epochs."""
+    _, kept = holdout_split(cfg, len(data.y_train), fraction)
+    forget = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)[0] if fraction == 0 else None
+    lrs = epoch_mean_lrs(cfg, len(kept))
+
+    def compute() -> dict[str, torch.Tensor]:
+        model = build_model(cfg)
+        early: dict[str, torch.Tensor] = {}
+        accumulated: dict[str, torch.Tensor] = {}
+
+        def on_epoch_end(epoch: int, m: nn.Module) -> None:
+            if epoch + 1 == early_epoch(cfg):
+                early.update({k: v.detach().clone() for k, v in m.state_dict().items()})
+            if forget is not None:
+                # Each forget sample was seen once this epoch, with step lr_e / B.
+                accumulate_forget_gradient(m, data.x_train[forget], data.y_train[forget],
+                                           float(lrs[epoch]) / cfg.batch_size, cfg.batch_size, accumulated)
+
+        train_classifier(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
+                         batch_size=cfg.batch_size, lr=cfg.lr, augment=cfg.augment, seed=cfg.seed,
+                         desc=f"train R={fraction:g}", on_epoch_end=on_epoch_end)
+        out = {f"final.{k}": v for k, v in model.state_dict().items()}
+        out.update({f"early.{k}": v for k, v in early.items()})
+        out.update({f"unroll.{k}": v for k, v in accumulated.items()})
+        return out
+
+    return cache.load_or_compute(CHAPTER, "model", _train_key(cfg, fraction), compute, CODE_VERSION)
+
+
+def _with_prefix(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
+    return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+
+
 def train_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module]:
     """(final, early) models trained on the training set minus a held-out fraction R (cached).
 
     The early model is the same run's checkpoint after ``early_epoch(cfg)`` epochs.
     """
-    _, kept = holdout_split(cfg, len(data.y_train), fraction)
-
-    def compute() -> dict[str, torch.Tensor]:
-        model = build_model(cfg)
-        early: dict[str, torch.Tensor] = {}
-
-        def snapshot(epoch: int, m: nn.Module) -> None:
-            if epoch + 1 == early_epoch(cfg):
-                early.update({k: v.detach().clone() for k, v in m.state_dict().items()})
-
-        train_classifier(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
-                         batch_size=cfg.batch_size, lr=cfg.lr, augment=cfg.augment, seed=cfg.seed,
-                         desc=f"train R={fraction:g}", on_epoch_end=snapshot)
-        state = {f"final.{k}": v for k, v in model.state_dict().items()}
-        return {**state, **{f"early.{k}": v for k, v in early.items()}}
-
-    tensors = cache.load_or_compute(CHAPTER, "model", _train_key(cfg, fraction), compute, CODE_VERSION)
+    tensors = _trained_tensors(cfg, data, fraction)
     models = []
     for prefix in ("final.", "early."):
         m = build_model(cfg)
-        m.load_state_dict({k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)})
+        m.load_state_dict(_with_prefix(tensors, prefix))
         models.append(m.eval())
     return models[0], models[1]
+
+
+def unroll_accumulated(cfg, data: Data) -> dict[str, torch.Tensor]:
+    """The forget set's accumulated SGD contribution recorded while training the original model."""
+    return _with_prefix(_trained_tensors(cfg, data, 0), "unroll.")
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -385,7 +420,7 @@ def mia_asr(member_probs, member_y, nonmember_probs, nonmember_y, forget_probs, 
     return float(np.mean(attack.predict(entropy_confidence(forget_probs, forget_y)) == 0))
 
 
-def method_config(cfg, name: str, init_state: dict) -> dict:
+def method_config(cfg, name: str, accumulated: dict) -> dict:
     """Hyperparameters handed to ``registry.get(name).fn`` for this chapter's scale."""
     steps = {"steps": cfg.unlearn_steps, "lr": cfg.unlearn_lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
     if name in ("RandLabel", "SalUn"):
@@ -393,8 +428,7 @@ def method_config(cfg, name: str, init_state: dict) -> dict:
     if name == "Sparsity":
         return steps
     if name == "Unroll":
-        # Cosine decay: the mean step size of the original run is half its peak.
-        return {"lr": cfg.lr / 2, "epochs": cfg.epochs, "batch_size": cfg.batch_size, "reference_state": init_state}
+        return {"accumulated": accumulated, "batch_size": cfg.batch_size}
     raise ValueError(f"parameter 'methods': no chapter-2 settings for {name!r}")
 
 
@@ -408,14 +442,14 @@ def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
     forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
     splits = registry.Splits(data.x_train[forget], data.y_train[forget], data.x_train[retain],
                              data.y_train[retain], data.num_classes)
-    init_state = build_model(cfg).state_dict()
+    accumulated = unroll_accumulated(cfg, data) if "Unroll" in cfg.methods else {}
     models = {"Original": original}
     for name in progress(cfg.methods, desc="unlearning"):
         if name == "Retrain":
             models[name] = train_model(cfg, data, cfg.forget_fraction)[0]
             continue
         seed_everything(cfg.seed)
-        models[name] = registry.get(name).fn(original, splits, method_config(cfg, name, init_state)).eval()
+        models[name] = registry.get(name).fn(original, splits, method_config(cfg, name, accumulated)).eval()
     return models
 
 
@@ -448,14 +482,6 @@ def evaluate_unlearning(cfg, data: Data, models: dict[str, nn.Module]) -> dict:
         }
         dists[name] = {"in": raw["h_in"], "out": raw["h_out"], "target": raw["h_targets"][0]}
     return {"table": pd.DataFrame(rows).T, "dists": dists}
-
-
-# ----------------------------------------------------------------------------- claims
-
-def not_run_rows() -> pd.DataFrame:
-    """Table-1 rows for data sets with no offline copy: NaN F1 and the reason."""
-    return pd.DataFrame({"status": ["not run: no offline copy of the data set"] * len(NOT_RUN_DATASETS)},
-                        index=list(NOT_RUN_DATASETS))
 
 
 def early_check(cfg, data: Data, early_model: nn.Module, fraction: float, size: int) -> float:
@@ -549,8 +575,15 @@ def _early(m):
 
 
 def claims():
-    """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim)."""
-    from memlab.paper import Claim
+    """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim).
+
+    Judged at the cpu and paper profiles; smoke-profile numbers (toy sizes) say nothing about them.
+    """
+    from functools import partial
+
+    from memlab.paper import Claim as _Claim
+
+    Claim = partial(_Claim, profiles=("cpu", "paper"))
 
     return [
         Claim("controlled", "SDE separates in- from out-of-training subsets of CIFAR-10 (F1 >= 0.8 at every R)",
@@ -561,7 +594,7 @@ def claims():
         Claim("unroll", "Unroll's OTR is far below Retrain's (>= 50 points) while its ASR matches (within 0.05)",
               "Table 3", _unroll_hidden),
         Claim("bandwidth", "sigma = sqrt(dim) is robust (F1 within 0.1 for 0.5x-2x and of the best)",
-              "Findings", _bandwidth_robust, profiles=("smoke", "cpu", "paper")),
+              "Findings", _bandwidth_robust),
         Claim("depth", "Deeper features separate better (penultimate/logits above layer2/layer3)", "Findings",
               _deeper_better),
         Claim("early", "Even a model at 20% of its training shows the dependence (SDE F1 >= 0.7)", "Findings",

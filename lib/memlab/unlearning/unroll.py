@@ -1,16 +1,21 @@
 """Unroll (Thudi et al., 2022): undo the forget set's SGD contribution with its accumulated gradients.
 
-SGD on the full training set adds, for every forget sample x and every epoch,
-the step -lr/B * grad l(w_t; x) to the weights. Unrolling SGD to first order
-around the initial weights w_0 (Thudi et al.'s single-gradient approximation)
-gives the unlearning update
+SGD on the full training set adds, for every forget sample x and every epoch
+e, the step -lr_e/B * grad l(w_e; x) to the weights. Unrolling SGD to first
+order, the unlearning update adds these contributions back:
 
-    w_unlearned = w_T + (lr * epochs / B) * sum_{x in forget} grad l(w_0; x)
+    w_unlearned = w_T + sum_e (lr_e / B) * sum_{x in forget} grad l(w_e; x)
 
-``reference_state`` holds w_0 (the state dict the model was initialised with);
-without it the gradient is taken at the trained weights w_T instead. The
-trained model's BatchNorm statistics are left as they are; gradients at w_0
-are taken in train mode, as SGD saw them.
+Two ways to get the sum:
+* ``accumulated`` (preferred): the sum recorded while the original model was
+  trained (:func:`accumulate_forget_gradient` called at the end of every
+  epoch with that epoch's mean learning rate), one tensor per parameter name;
+* otherwise Thudi et al.'s single-gradient approximation, every w_e replaced by
+  one reference point: ``reference_state`` (the initial weights w_0) or, without
+  it, the trained weights w_T, scaled by lr * epochs / B.
+
+The trained model's BatchNorm statistics are left as they are; gradients are
+taken in train mode (batch statistics, as SGD saw them) on a copy.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ DEFAULTS = {
     "epochs": 182,         # epochs of the original training run
     "batch_size": 128,     # batch size of the original training run
     "reference_state": None,
+    "accumulated": None,   # {parameter name: summed lr/B-weighted forget gradient} recorded in training
 }
 
 
@@ -47,13 +53,35 @@ def forget_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
     return grads
 
 
+def accumulate_forget_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, step: float,
+                               batch_size: int, into: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Add ``step`` * sum_i grad l(w; x_i) (x: (N, C, H, W), y: (N,)) to ``into``, per parameter name.
+
+    The gradient is taken on a copy of ``model``, so its weights and BN statistics are untouched.
+    """
+    at = fresh_copy(model)
+    grads = forget_gradient(at, x, y, batch_size)
+    for (name, _), g in zip(at.named_parameters(), grads):
+        into[name] = into.get(name, torch.zeros_like(g)) + step * g.cpu()
+    return into
+
+
 @register("Unroll", bn_mode="eval")
 def unroll(model: nn.Module, splits, cfg=None) -> nn.Module:
-    """cfg keys: lr, epochs, batch_size (of the original training), reference_state (w_0 or None)."""
+    """cfg keys: accumulated, or lr, epochs, batch_size (of the original training) and reference_state."""
     hp = hparams(cfg, DEFAULTS, "Unroll")
     if hp["batch_size"] < 1:
         raise ValueError(f"Unroll: hyperparameter 'batch_size' must be >= 1 (got {hp['batch_size']!r})")
     net = fresh_copy(model)
+    if hp["accumulated"] is not None:
+        params = dict(net.named_parameters())
+        missing = sorted(set(params) - set(hp["accumulated"]))
+        if missing:
+            raise ValueError(f"Unroll: 'accumulated' lacks parameter {missing[0]!r}")
+        with torch.no_grad():
+            for name, p in params.items():
+                p.add_(hp["accumulated"][name].to(p.device, p.dtype))
+        return net.eval()
     at = fresh_copy(model)
     if hp["reference_state"] is not None:
         at.load_state_dict(hp["reference_state"])
