@@ -120,3 +120,31 @@ def test_too_short_sequence():
 def test_unknown_score_name():
     with pytest.raises(ValueError, match="unknown score 'zlib'"):
         mia.check_score_names(["loss", "zlib"])
+
+
+def test_cyclic_sampler_short_sequence_keeps_pattern_count():
+    e = torch.tensor([True, True, False, False])
+    masks = mia.cyclic_masks(e, rho=0.35, rounds=2, generator=torch.Generator().manual_seed(1))
+    assert masks.shape == (6, 4)  # same count as for long sequences, so probes stack
+    assert torch.equal(masks.view(2, 3, 4).sum(1), e.long().expand(2, -1))
+
+
+def test_probe_scores_agree_with_direct_deltas():
+    from memlab.models import diffusion_lm as dlm
+
+    torch.manual_seed(0)
+    arch = dlm.DLMConfig(vocab_size=30, mask_id=29, block_size=10, n_layer=1, n_head=1, n_embd=8)
+    target, ref = dlm.MaskedDiffusionLM(arch).eval(), dlm.MaskedDiffusionLM(arch).eval()
+    ids = torch.randint(0, 29, (3, 10))
+    probe = mia.make_probe(torch.ones(3, 10, dtype=torch.bool), rounds=2, sama_steps=2, seed=0)
+    tv, rv = mia.model_view(target, ids, probe), mia.model_view(ref, ids, probe)
+    out = mia.compute_scores(tv, rv, probe, ["qskew", "calibration", "loss"])
+    for i in range(3):
+        d = []
+        for m in probe.cyclic[i]:
+            t = dlm.masked_nll(target, ids[i:i + 1], m[None])[0]
+            r = dlm.masked_nll(ref, ids[i:i + 1], m[None])[0]
+            d.append((r - t)[m])
+        d = torch.cat(d).numpy()
+        assert out["qskew"][i] == pytest.approx(mia.qskew(d), rel=1e-5)
+        assert out["calibration"][i] == pytest.approx(d.mean(), rel=1e-5, abs=1e-7)

@@ -24,9 +24,12 @@ def test_bad_parameters_fail_before_work(override, match):
         config.resolve("04_qskew", "smoke", **override)
 
 
-def test_paper_profile_needs_checkpoints():
-    with pytest.raises(ConfigError, match="base_model"):
-        config.resolve("04_qskew", "paper", base_model="")
+def test_paper_profile_model_paths_follow_the_family():
+    llada = config.resolve("04_qskew", "paper")
+    assert qs.model_paths(llada) == ("GSAI-ML/LLaDA-8B-Base", "GSAI-ML/LLaDA-8B-Instruct")
+    dream = config.resolve("04_qskew", "paper", backbone="dream")
+    assert qs.model_paths(dream)[0].startswith("Dream-org/") and "Instruct" in qs.model_paths(dream)[1]
+    assert qs.model_paths(config.resolve("04_qskew", "paper", base_model="/x", instruct_model="/y")) == ("/x", "/y")
 
 
 def _codec():

@@ -199,7 +199,9 @@ def cyclic_masks(eligible: torch.Tensor, rho: float, rounds: int, generator: tor
     pos = torch.nonzero(eligible.bool()).squeeze(1)
     if pos.numel() < 2:
         raise ValueError(f"parameter 'ids': a sequence needs at least two scorable tokens (got {pos.numel()})")
-    c = min(max(1, round(1 / rho)), pos.numel())
+    # A fixed number of batches per round keeps every sequence's pattern count equal
+    # (batches are empty only when n < C), so probes of different lengths stack.
+    c = max(1, round(1 / rho))
     out = torch.zeros(rounds * c, eligible.numel(), dtype=torch.bool)
     for r in range(rounds):
         perm = pos[torch.randperm(pos.numel(), generator=generator)]
@@ -287,11 +289,11 @@ def make_probe(eligible: torch.Tensor, *, rho: float = 0.35, rounds: int = 5,
 
 
 def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Tensor | None = None,
-               batch_size: int = 64, groups=None) -> dict[str, torch.Tensor]:
+               batch_size: int = 64, groups=None, stats: bool = True) -> dict[str, torch.Tensor]:
     """Run ``masked_nll`` for every pattern of ``probe`` (or only the named ``groups``).
 
-    ids: (N, L). Returns {group: nll (N, P_group, L)} plus ``cyclic_mu`` and
-    ``cyclic_sigma`` (N, P, L) for Min-K%++; NaN at unmasked positions.
+    ids: (N, L). Returns {group: nll (N, P_group, L)} plus, with ``stats``,
+    ``cyclic_mu`` and ``cyclic_sigma`` (N, P, L) for Min-K%++; NaN at unmasked positions.
     """
     out = {}
     for name, pats in probe.groups().items():
@@ -300,8 +302,9 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
         n, p, l = pats.shape
         rep_ids = ids.repeat_interleave(p, 0)
         rep_am = None if attention_mask is None else attention_mask.repeat_interleave(p, 0)
-        res = masked_nll(model, rep_ids, pats.reshape(n * p, l), rep_am, batch_size, with_stats=name == "cyclic")
-        if name == "cyclic":
+        want = stats and name == "cyclic"
+        res = masked_nll(model, rep_ids, pats.reshape(n * p, l), rep_am, batch_size, with_stats=want)
+        if want:
             nll, mu, sigma = (t.view(n, p, l) for t in res)
             out.update(cyclic=nll, cyclic_mu=mu, cyclic_sigma=sigma)
         else:

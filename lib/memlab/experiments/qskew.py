@@ -40,8 +40,8 @@ SPEC: dict[str, Param] = {
     "runs": Param(int, P(2, 3, 3), low=1, high=10, doc="independent fine-tuning runs averaged"),
     "backbone": Param(str, P("tiny", "tiny", "llada"), choices=("tiny", "llada", "dream"),
                       doc="tiny: a small DLM pre-trained here; llada/dream: transformers checkpoints"),
-    "base_model": Param(str, P("", "", "GSAI-ML/LLaDA-8B-Base"), doc="HF id or local path (llada/dream)"),
-    "instruct_model": Param(str, P("", "", "GSAI-ML/LLaDA-8B-Instruct"), doc="HF id or local path"),
+    "base_model": Param(str, "", doc="HF id or local path of the base DLM; '': the backbone family's (llada/dream)"),
+    "instruct_model": Param(str, "", doc="HF id or local path of the instruct DLM; '': the family's"),
     "mask_id": Param(int, -1, low=-1, doc="-1: the family's mask id (LLaDA 126336, Dream 151666)"),
     "trust_remote_code": Param(bool, P(False, False, True), doc="run the checkpoints' own modelling code"),
     "lora_rank": Param(int, P(0, 0, 16), low=0, doc="0: full fine-tuning; >0: LoRA (peft) of this rank"),
@@ -92,8 +92,6 @@ def _check(cfg) -> None:
         raise ConfigError(f"parameter 'epochs_sweep': values must be <= epochs={cfg.epochs} (got {cfg.epochs_sweep})")
     if cfg.backbone == "tiny" and cfg.n_embd % cfg.n_head:
         raise ConfigError(f"parameter 'n_head': must divide n_embd={cfg.n_embd} (got {cfg.n_head})")
-    if cfg.backbone != "tiny" and not (cfg.base_model and cfg.instruct_model):
-        raise ConfigError("parameter 'base_model': llada/dream backbones need base_model and instruct_model")
     if cfg.pii_slots + 8 >= cfg.pii_len:
         raise ConfigError(f"parameter 'pii_slots': must leave room for the record prefix in pii_len={cfg.pii_len}")
 
@@ -114,6 +112,12 @@ class Codec:
     mask_id: int
     pad_id: int
     eos_id: int
+    encode_batch: Callable[[list[str]], list[list[int]]] | None = None
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        if self.encode_batch is not None:
+            return self.encode_batch(texts)
+        return [self.encode(t) for t in texts]
 
 
 def _bpe_codec(cfg, texts: list[str]) -> Codec:
@@ -121,17 +125,18 @@ def _bpe_codec(cfg, texts: list[str]) -> Codec:
 
     tok = train_bpe(texts, cfg.vocab_size, special_tokens=("<mask>", "<pad>", "<eos>"), name="qskew")
     return Codec(lambda s: tok.encode(s).ids, lambda ids: tok.decode(list(ids)), tok.get_vocab_size(),
-                 tok.token_to_id("<mask>"), tok.token_to_id("<pad>"), tok.token_to_id("<eos>"))
+                 tok.token_to_id("<mask>"), tok.token_to_id("<pad>"), tok.token_to_id("<eos>"),
+                 lambda texts: [e.ids for e in tok.encode_batch(texts)])
 
 
 def _hf_codec(cfg, mask_id: int) -> Codec:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(cfg.base_model, trust_remote_code=cfg.trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(model_paths(cfg)[0], trust_remote_code=cfg.trust_remote_code)
     eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     return Codec(lambda s: tok.encode(s, add_special_tokens=False), lambda ids: tok.decode(list(ids)),
-                 len(tok), mask_id, pad, eos)
+                 len(tok), mask_id, pad, eos, lambda texts: tok(texts, add_special_tokens=False)["input_ids"])
 
 
 def stream_blocks(ids: list[int], length: int) -> torch.Tensor:
@@ -164,17 +169,19 @@ def instruction_pairs(text: str, codec: Codec, length: int) -> tuple[torch.Tenso
     ``pad_id``, eligible (N, length) True on response tokens, attention (N, length).
     """
     rows, elig, attn = [], [], []
-    for sents in _sentences(text):
-        for a, b in zip(sents[:-1], sents[1:]):
-            p = codec.encode(PROMPT.format(x=a))[-(length // 2):]
-            r = codec.encode(" " + b)[: length - len(p)]
-            if len(r) < 4:
-                continue
-            ids = p + r + [codec.pad_id] * (length - len(p) - len(r))
-            rows.append(ids)
-            e = [False] * len(p) + [True] * len(r) + [False] * (length - len(p) - len(r))
-            elig.append(e)
-            attn.append([True] * (len(p) + len(r)) + [False] * (length - len(p) - len(r)))
+    pairs = [(a, b) for sents in _sentences(text) for a, b in zip(sents[:-1], sents[1:])]
+    prompts = codec.encode_many([PROMPT.format(x=a) for a, _ in pairs])
+    responses = codec.encode_many([" " + b for _, b in pairs])
+    for p, r in zip(prompts, responses):
+        p = p[-(length // 2):]
+        r = r[: length - len(p)]
+        if len(r) < 4:
+            continue
+        ids = p + r + [codec.pad_id] * (length - len(p) - len(r))
+        rows.append(ids)
+        e = [False] * len(p) + [True] * len(r) + [False] * (length - len(p) - len(r))
+        elig.append(e)
+        attn.append([True] * (len(p) + len(r)) + [False] * (length - len(p) - len(r)))
     return torch.tensor(rows), torch.tensor(elig), torch.tensor(attn)
 
 
@@ -214,6 +221,12 @@ def _arch(cfg, codec: Codec) -> dict:
             "block_size": max(cfg.block_len, cfg.ift_len, cfg.pii_len)}
 
 
+def model_paths(cfg) -> tuple[str, str]:
+    """(base, instruct) checkpoints of a llada/dream backbone: the overrides, else the family's hub ids."""
+    fam = dlm.FAMILIES[cfg.backbone]
+    return cfg.base_model or fam["base"], cfg.instruct_model or fam["instruct"]
+
+
 def _build_tiny(arch: dict) -> torch.nn.Module:
     return dlm.MaskedDiffusionLM(dlm.DLMConfig(**arch)).to(device())
 
@@ -222,15 +235,16 @@ def _load_hf(cfg, path: str) -> torch.nn.Module:
     family = cfg.backbone
     model = dlm.load_pretrained(path, family, trust_remote_code=cfg.trust_remote_code,
                                 dtype=torch.bfloat16 if device().type == "cuda" else None, device=device(),
-                                mask_id=None if cfg.mask_id < 0 else cfg.mask_id, auto_class=_auto_class(path))
+                                mask_id=None if cfg.mask_id < 0 else cfg.mask_id,
+                                auto_class=_auto_class(path, cfg.trust_remote_code))
     return model
 
 
-def _auto_class(path: str) -> str:
+def _auto_class(path: str, trust_remote_code: bool = False) -> str:
     """AutoModel for LLaDA/Dream (their remote code registers it); masked/causal LM heads otherwise."""
     from transformers import AutoConfig
 
-    conf = AutoConfig.from_pretrained(path)
+    conf = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     archs = conf.architectures or []
     if any("MaskedLM" in a for a in archs):
         return "AutoModelForMaskedLM"
@@ -287,7 +301,8 @@ def prepare(cfg) -> Setup:
         info["pretrain_blocks"] = int(pre.shape[0])
         info["params"] = sum(p.numel() for p in base.parameters())
     else:
-        base, instruct = _load_hf(cfg, cfg.base_model), _load_hf(cfg, cfg.instruct_model)
+        base_path, instruct_path = model_paths(cfg)
+        base, instruct = _load_hf(cfg, base_path), _load_hf(cfg, instruct_path)
         dlm.check_same_vocab(base, instruct)
     return Setup(cfg, codec, base, instruct, dft, ift, info)
 
@@ -313,7 +328,9 @@ def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=Non
         def snap(epoch, m):
             if epoch in keep:
                 for name, t in m.state_dict().items():
-                    states[f"{epoch}/{name}"] = t.detach().cpu().clone()
+                    # With LoRA only the adapters change; storing them keeps 8B snapshots small.
+                    if cfg.lora_rank <= 0 or "lora_" in name:
+                        states[f"{epoch}/{name}"] = t.detach().cpu().clone()
 
         dlm.train_dlm(model, ids, eligible=eligible, attention_mask=attention, epochs=epochs,
                       batch_size=cfg.batch_size, lr=cfg.lr, mask_ratio=mask_ratio, seed=seed,
@@ -324,7 +341,8 @@ def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=Non
     out = {}
     for e in keep:
         m = _with_lora(copy.deepcopy(start), cfg.lora_rank)
-        m.load_state_dict({k.split("/", 1)[1]: v for k, v in states.items() if k.startswith(f"{e}/")})
+        m.load_state_dict({k.split("/", 1)[1]: v for k, v in states.items() if k.startswith(f"{e}/")},
+                          strict=cfg.lora_rank <= 0)
         out[e] = m.eval()
     return out
 
@@ -341,7 +359,8 @@ def _groups(scores) -> set[str]:
 
 
 def _view(cfg, model, ids, probe, attention, scores):
-    return mia.model_view(model, ids, probe, attention, cfg.eval_batch, groups=_groups(scores))
+    return mia.model_view(model, ids, probe, attention, cfg.eval_batch, groups=_groups(scores),
+                          stats="min_k_pp" in scores)
 
 
 def _metrics(score_dict: dict, labels: np.ndarray) -> dict[str, dict[str, float]]:
@@ -453,7 +472,9 @@ def asymmetry_experiment(setup: Setup) -> dict:
     """Figure 1: fine-tune at fixed mask ratios and measure per-token gains on members.
 
     Gain of a member token = NLL_base - NLL_finetuned under one cyclic round of
-    masks at ``rho`` (the same masks for every model). Returns
+    masks at ``rho`` (the same masks for every model); "gain per masked step"
+    divides the mean by the expected number of epochs in which the token was
+    masked (ratio * epochs). Returns
     {ratio: (n_tokens,) gains} and summary rows.
     """
     cfg = setup.cfg
@@ -473,7 +494,10 @@ def asymmetry_experiment(setup: Setup) -> dict:
         g = (base - dlm.masked_nll(m, flat_ids, flat_masks, batch_size=cfg.eval_batch)).numpy()
         g = g[np.isfinite(g)]
         gains[ratio] = g
+        # A token is trained in an epoch with probability `ratio`, so dividing by ratio * epochs gives the
+        # gain per training step in which the token was masked (the quantity of Assumption 3.1).
         rows.append({"mask ratio": ratio, "mean gain (nats)": float(g.mean()), "median gain": float(np.median(g)),
+                     "gain per masked step": float(g.mean() / (ratio * cfg.fixed_ratio_epochs)),
                      "skewness": float(skew(g)), "tokens": int(g.size)})
     return {"gains": gains, "table": pd.DataFrame(rows).set_index("mask ratio")}
 
@@ -520,6 +544,7 @@ def pii_experiment(setup: Setup) -> dict:
     if int((enc.prefix_len + cfg.pii_slots).max()) > cfg.pii_len:
         raise ConfigError(f"parameter 'pii_len': records need {int((enc.prefix_len + cfg.pii_slots).max())} tokens")
     target = finetune(setup, setup.base, "pii", enc.ids, epochs=cfg.pii_epochs, seed=cfg.seed)[cfg.pii_epochs]
+    memo = pii_memorisation(setup.base, target, enc, cfg.eval_batch)
     g = torch.Generator().manual_seed(cfg.seed)
     methods = ("CE", "Q-Skew (PII mask)", "Q-Skew (context mask)", f"Combine-{cfg.alpha:g}")
     hits = {m: {"email": 0, "phone": 0} for m in methods}
@@ -566,7 +591,25 @@ def pii_experiment(setup: Setup) -> dict:
                           for m in methods}).T
     table.loc["truth among candidates (upper bound)"] = [100 * oracle["phone"] / n, 100 * oracle["email"] / n,
                                                          f"{oracle['phone']}/{n}", f"{oracle['email']}/{n}"]
-    return {"table": table, "hits": hits, "oracle": oracle, "n": n, "examples": pd.DataFrame(examples)}
+    return {"table": table, "hits": hits, "oracle": oracle, "n": n, "examples": pd.DataFrame(examples),
+            "memorisation": memo}
+
+
+def pii_memorisation(base, target, enc: pii_data.EncodedRecords, batch_size: int = 64) -> pd.DataFrame:
+    """Mean NLL (nats/token) of the true PII tokens with the whole PII masked, base vs fine-tuned.
+
+    The gap says how much of the PII the fine-tuned model has memorised, whether
+    or not denoising then reproduces it exactly. Rows: e-mail, phone.
+    """
+    pos = torch.arange(enc.ids.shape[1])
+    masks = (pos >= enc.prefix_len[:, None]) & (pos < (enc.prefix_len + enc.pii_len)[:, None])
+    nb = dlm.masked_nll(base, enc.ids, masks, batch_size=batch_size)
+    nt = dlm.masked_nll(target, enc.ids, masks, batch_size=batch_size)
+    half = enc.ids.shape[0] // 2  # make_pii_records lists e-mails first, then phones
+    rows = {}
+    for kind, sl in (("email", slice(0, half)), ("phone", slice(half, None))):
+        rows[kind] = {"base NLL": float(torch.nanmean(nb[sl])), "fine-tuned NLL": float(torch.nanmean(nt[sl]))}
+    return pd.DataFrame(rows).T
 
 
 class _Tok:
@@ -649,6 +692,7 @@ def plot_sweep(res: dict):
         y = [np.mean([run[name]["AUC"] for run in res["sweep"][e]]) for e in epochs]
         ax.plot(epochs, y, marker="o", lw=2.2 if name == "qskew" else 1.2, label=mia.LABELS[name])
     ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(epochs)
     ax.set_xlabel("fine-tuning epochs")
     ax.set_ylabel("AUC (%)")
     ax.legend(ncol=2)

@@ -105,7 +105,9 @@ class MaskedDiffusionLM(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                select: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits (B, L, V); with ``select`` (B, L) bool only the selected rows, (n_selected, V)."""
         b, l = ids.shape
         if l > self.cfg.block_size:
             raise ValueError(f"parameter 'ids': length {l} exceeds block_size {self.cfg.block_size}")
@@ -116,6 +118,8 @@ class MaskedDiffusionLM(nn.Module):
             bias = bias.masked_fill(~attention_mask.bool()[:, None, None, :], float("-inf"))
         for blk in self.blocks:
             x = blk(x, bias)
+        if select is not None:  # the vocabulary head is a large share of the cost: skip unused rows
+            x = x[select]
         return self.head(self.ln_f(x)).float()
 
 
@@ -299,16 +303,24 @@ def masked_nll(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor,
         x = ids[i:i + batch_size].to(dev)
         m = masks[i:i + batch_size].to(dev).bool()
         am = None if attention_mask is None else attention_mask[i:i + batch_size].to(dev).bool()
+        noisy = torch.where(m, torch.full_like(x, model.mask_id), x)
         with autocast(dev):
-            logits = model(torch.where(m, torch.full_like(x, model.mask_id), x), am)
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        nll = -logp.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-        nan = torch.tensor(float("nan"), device=dev)
-        outs[0].append(torch.where(m, nll, nan).cpu())
+            # Only masked rows are scored (about rho of them); models that can skip the
+            # vocabulary head elsewhere (MaskedDiffusionLM) do.
+            if isinstance(model, MaskedDiffusionLM):
+                logits = model(noisy, am, select=m)
+            else:
+                logits = model(noisy, am)[m]
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (n_masked, V)
+        nll = torch.full(x.shape, float("nan"), device=dev)
+        nll[m] = -logp.gather(-1, x[m].unsqueeze(-1)).squeeze(-1)
+        outs[0].append(nll.cpu())
         if with_stats:
-            mu, sigma = log_prob_stats(logp)
-            outs[1].append(torch.where(m, mu, nan).cpu())
-            outs[2].append(torch.where(m, sigma, nan).cpu())
+            mu_m, sigma_m = log_prob_stats(logp)
+            mu, sigma = torch.full_like(nll, float("nan")), torch.full_like(nll, float("nan"))
+            mu[m], sigma[m] = mu_m, sigma_m
+            outs[1].append(mu.cpu())
+            outs[2].append(sigma.cpu())
     model.train(was_training)
     if not with_stats:
         return torch.cat(outs[0])

@@ -1,0 +1,411 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Chapter 4: Q-Skew membership inference on diffusion language models
+#
+# Masked diffusion language models such as LLaDA {cite}`nie2025llada` and Dream {cite}`ye2025dream`
+# are trained to fill in randomly masked tokens. The paper {cite}`qskew` argues that this makes
+# fine-tuning memorise a sequence *unevenly*: a token is trained only when it happens to be masked,
+# and the gain is largest when it was masked at a low mask ratio (little else hidden). Summed over
+# epochs, a member's per-token gains form a zero-inflated mixture with a long right tail, while a
+# non-member's per-token differences stay roughly symmetric. The attack, **Q-Skew**, measures exactly
+# that: the skewness of the per-token loss differences between a reference model and the fine-tuned
+# target, with a quantile weighting that makes it robust to outliers.
+#
+# This chapter re-runs the paper's experiments on a small masked diffusion LM that we pre-train
+# on WikiText-2 {cite}`merity2016wikitext` ourselves (profiles `smoke` and `cpu`); the `paper`
+# profile points the same code at LLaDA-8B / Dream-7B through `transformers`. We compare Q-Skew with
+# Loss, Min-K% {cite}`shi2024mink`, Min-K%++ {cite}`zhang2025minkpp`, reference calibration,
+# SecMI adapted to masking {cite}`duan2023secmi` and SAMA {cite}`qskew_chen2026sama`, all computed from one masked-likelihood
+# interface, and we try the paper's PII reconstruction attack (in the spirit of
+# {cite}`carlini2021extracting`).
+
+# %% tags=["parameters"]
+profile: str = "cpu"  # smoke | cpu | paper
+seed: int = 0  # base seed; run r uses seed + r
+runs: int | None = None  # independent fine-tuning runs averaged (None: profile default)
+epochs: int | None = None  # fine-tuning epochs (paper: 6)
+n_members: int | None = None  # members per run, also the fine-tuning set
+n_nonmembers: int | None = None  # non-members per run
+rho: float | None = None  # cyclic mask ratio in (0, 1) (paper: 0.35)
+rounds: int | None = None  # cyclic sampling rounds R
+h: float | None = None  # quantile-bump bandwidth (paper: 0.1)
+scores: list | None = None  # membership scores to run (default: all seven)
+backbone: str | None = None  # tiny | llada | dream
+pii_targets: int | None = None  # PII targets per kind (paper: 50)
+alpha: float | None = None  # weight of skewness in the combined PII ranking (paper: 0.1)
+
+# %%
+import numpy as np
+import pandas as pd
+from IPython.display import Markdown, display
+
+from memlab import config, mia, paper, plotting, results
+from memlab.experiments import qskew as qs
+
+cfg = config.resolve("04_qskew", profile=profile, seed=seed, runs=runs, epochs=epochs, n_members=n_members,
+                     n_nonmembers=n_nonmembers, rho=rho, rounds=rounds, h=h, scores=scores, backbone=backbone,
+                     pii_targets=pii_targets, alpha=alpha)
+run = results.Run(cfg)
+run.provenance_box()
+pd.set_option("display.precision", 1)
+
+# %% [markdown]
+# ## Setup: the model, the data and the one likelihood interface
+#
+# **Model.** At `smoke`/`cpu` the base model is a small bidirectional transformer with a mask
+# token (`memlab.models.diffusion_lm.MaskedDiffusionLM`), pre-trained with the LLaDA objective on the
+# WikiText-2 *test* split: a ratio $t \sim U(0,1)$ is drawn per sequence, every token is masked with
+# probability $t$, and the cross-entropy on masked tokens is weighted by $1/t$. An "instruct"
+# variant is the base trained further on instruction pairs from the same test split. Both are cached.
+#
+# **Members and non-members** come from the WikiText-2 *validation* split, drawn at random from the
+# same pool in every run, so they share one distribution:
+#
+# * *domain fine-tuning*: fixed-length blocks of consecutive tokens; the base model is fine-tuned on the
+#   members (AdamW, `epochs` epochs, batch 16);
+# * *instruction fine-tuning*: variable-length pairs built from consecutive sentences of one paragraph,
+#   prompt = `Instruction : continue the article . Input : <sentence i> Response :`, response =
+#   sentence $i+1$, padded to a fixed length. The instruct variant is fine-tuned on the member pairs,
+#   and prompt tokens are never masked, in training or when scoring.
+#
+# **One interface.** Every score below calls `masked_nll(model, ids, masks)`: per-token negative
+# log-probabilities of the original tokens at the masked positions of given mask patterns, batched.
+# The patterns are drawn once per sequence and shared by the target and the reference.
+
+# %%
+setup = qs.prepare(cfg)
+run.metrics["setup"] = setup.info
+display(pd.Series(setup.info, name="value").to_frame())
+
+# %% [markdown]
+# ## The Q-Skew score
+#
+# For a sequence $x$ of $L$ tokens, **cyclic sampling** runs $R$ rounds; each round permutes the
+# positions and cuts them into $C=\mathrm{round}(1/\rho)$ disjoint batches of about $\rho L$ tokens
+# ($\rho=0.35$), so every token is masked exactly once per round. For each batch $M$ and each masked
+# token $i \in M$,
+#
+# $$\Delta_{i,M} = -\log p_{\mathrm{ref}}(x_i \mid x_{M^c}) + \log p_{\mathrm{target}}(x_i \mid x_{M^c}).$$
+#
+# With $\hat F$ the empirical CDF of the $n = R L$ values, $m$ their median and $s$ their standard
+# deviation, the score we implement (`memlab.mia.qskew`) is
+#
+# $$W_i = e^{-(\hat F(\Delta_i)-0.15)^2/2h^2} + e^{-(\hat F(\Delta_i)-0.85)^2/2h^2},\qquad
+# \mathrm{QSkew}(x) = \frac{1}{n}\sum_i \frac{W_i}{\bar W}\,\frac{3(\Delta_i - m)}{s},$$
+#
+# Pearson's median skewness $3(\mathrm{mean}-\mathrm{median})/s$ whose mean is a weighted mean
+# concentrated at the 15th and 85th percentiles ($h=0.1$), normalised by the mean weight $\bar W$.
+# It is invariant to shifting and to positive scaling of $\Delta$, zero on a sample that is
+# symmetric about its median, and positive for a long right tail:
+
+# %%
+rng = np.random.default_rng(0)
+demo = {"right-skewed (exponential)": rng.exponential(1, 2000), "symmetric (normal)": rng.normal(0, 1, 2000),
+        "left-skewed": -rng.exponential(1, 2000)}
+display(pd.DataFrame({"Q-Skew": {k: mia.qskew(v) for k, v in demo.items()},
+                      "mean": {k: v.mean() for k, v in demo.items()}}).round(3))
+
+# %% [markdown]
+# **Baselines on the same interface.** *Loss* {cite}`qskew_yeom2018privacy`: minus the target's mean
+# masked NLL over the cyclic masks. *Min-K%* ($k=20\%$): minus the mean NLL of the 20% worst-predicted positions. *Min-K%++*:
+# the mean of the 20% lowest $z_i=(\log p(x_i)-\mu_i)/\sigma_i$, with $\mu_i,\sigma_i$ the mean and
+# standard deviation of $\log p$ under the predicted distribution ($\sigma$ floored, at least one
+# token kept). *Calibration* {cite}`qskew_watson2022calibration`: mean reference NLL minus mean target NLL. *SecMI*: minus the target's
+# masked NLL at fixed ratios 0.2/0.4/0.6/0.8 with deterministic, nested masks (the discrete analogue
+# of SecMI's deterministic forward process). *SAMA* {cite}`qskew_chen2026sama`: over growing nested masks (5% to 50%), the share
+# of random 8-token subsets whose summed reference NLL exceeds the summed target NLL, steps weighted
+# $1/s$. Metrics: AUC and TPR at 10% and 1% FPR from scikit-learn's ROC, mean over runs.
+
+# %% [markdown]
+# ## Domain fine-tuning (Table 1)
+
+# %%
+dft = qs.domain_experiment(setup)
+ours_dft = qs.mean_table(dft["main"])
+run.metrics["domain"] = ours_dft.to_dict(orient="index")
+paper_dft = paper.table("04_qskew", "table1_wikitext")
+paper.side_by_side(ours_dft, paper_dft, qs.METRICS)
+
+# %% [markdown]
+# Paper: LLaDA-8B-Base fine-tuned on WikiText (Table 1; only the Q-Skew and SAMA entries are in our
+# summary of the paper). Ours: the small DLM fine-tuned on WikiText-2 blocks, mean over runs, in %.
+# Where the paper reports no number the cell is empty.
+
+# %% [markdown]
+# ### Why skewness: the distribution of $\Delta$
+
+# %%
+if dft["examples"] is not None and dft["examples"]["qskew"] is not None:
+    plotting.publish(qs.plot_deltas(dft["examples"]), "deltas", "04_qskew")
+    ex = dft["examples"]
+    from scipy.stats import skew as _skew
+    pooled = {lab: np.concatenate([d for d, y in zip(ex["deltas"], ex["labels"]) if y == lab]) for lab in (1, 0)}
+    delta_stats = pd.DataFrame({name: {"mean": v.mean(), "median": np.median(v), "skewness": _skew(v),
+                                       "Q-Skew (pooled)": mia.qskew(v)}
+                                for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
+    run.metrics["delta_stats"] = delta_stats.to_dict(orient="index")
+    display(delta_stats.round(3))
+    m_, n_ = delta_stats.loc["members"], delta_stats.loc["non-members"]
+    predicted = m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
+    display(Markdown(
+        f"In this run the members' $\\Delta$ have mean {m_['mean']:.3f} nats against {n_['mean']:.3f} for "
+        f"non-members, and pooled Q-Skew {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
+        + ("As the paper predicts, the members' differences are right-skewed and more so than the non-members'."
+           if predicted else
+           "The paper predicts a right-skewed member distribution (pooled Q-Skew above zero and above the "
+           "non-members'); here fine-tuning mainly *shifts* the members' differences instead. A location "
+           "statistic such as Calibration picks the shift up; Q-Skew, invariant to shifts by design, does not.")))
+
+# %% [markdown]
+# ```{glue:figure} 04_qskew-deltas
+# :name: fig-04-deltas
+# Left: per-token differences $\Delta$ = reference NLL minus target NLL, pooled over the members and
+# over the non-members of run 0 (domain fine-tuning). Right: the Q-Skew score of each sequence.
+# ```
+
+# %% [markdown]
+# ## Instruction fine-tuning (Table 2)
+
+# %%
+ift = qs.instruction_experiment(setup)
+ours_ift = qs.mean_table(ift["main"])
+run.metrics["instruction"] = ours_ift.to_dict(orient="index")
+paper.side_by_side(ours_ift, paper.table("04_qskew", "table2_alpaca"), qs.METRICS)
+
+# %% [markdown]
+# Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (Table 2, the general-purpose instruction set
+# closest to our WikiText continuation pairs). For reference, the paper's Q-Skew AUC on MedQA and
+# Tulu-3 is 72.8 and 67.2, and Table 3 reports the weaker Dream models:
+
+# %%
+display(paper.table("04_qskew", "table3_dream"))
+
+# %% [markdown]
+# ## Attack strength against fine-tuning epochs (Figure 2)
+
+# %%
+plotting.publish(qs.plot_sweep(dft), "epochs", "04_qskew")
+sweep = qs.sweep_table(dft)
+run.metrics["epochs_sweep_auc"] = {str(e): sweep[e].to_dict() for e in sweep.columns}
+sweep
+
+# %% [markdown]
+# ```{glue:figure} 04_qskew-epochs
+# :name: fig-04-epochs
+# AUC (%) of every score against the number of fine-tuning epochs (domain fine-tuning, snapshots of
+# one run per seed, mean over runs). The paper's Figure 2 shows Q-Skew above the baselines at every
+# epoch; its point values are not in our summary of the paper.
+# ```
+
+# %% [markdown]
+# ## Mismatched reference models (Table 4)
+#
+# *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
+# base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
+# golden reference fine-tuned, with the same recipe, on *other* data (held-out blocks or pairs) in
+# which 20% of the tokens were replaced at random.
+
+# %%
+if dft["ref_instruct"]:
+    t4 = {}
+    for side, golden, other, para, sama, key in (
+            ("base (domain)", dft["main"], dft["ref_instruct"], dft["ref_para"], dft["main"], "table4_base"),
+            ("instruct (instruction)", ift["main"], ift["ref_base"], ift["ref_para"], ift["main"], "table4_instruct")):
+        ours = pd.concat([qs.mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
+                          qs.mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
+                          qs.mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
+        if "sama" in cfg.scores:
+            ours = pd.concat([ours, qs.mean_table(sama, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
+        t4[side] = ours
+        run.metrics[f"table4_{side.split()[0]}"] = ours.to_dict(orient="index")
+        display(Markdown(f"**{side}** (paper: {paper.source('04_qskew', key)})"))
+        display(paper.side_by_side(ours, paper.table("04_qskew", key), qs.METRICS))
+
+# %% [markdown]
+# ## Ablation (Table 5)
+#
+# *w/o cyclic sampling*: the same number of masks, each token masked independently with probability
+# $\rho$. *Mean instead of skewness*: the quantile-weighted mean of $\Delta$. *w/o quantile
+# weighting*: plain $3(\mathrm{mean}-\mathrm{median})/s$.
+
+# %%
+if dft["ablation"]:
+    ours_abl = qs.mean_table(dft["ablation"])
+    run.metrics["ablation"] = ours_abl.to_dict(orient="index")
+    display(paper.side_by_side(ours_abl, paper.table("04_qskew", "table5"), qs.METRICS))
+
+# %% [markdown]
+# ## Token-level asymmetry (Figure 1)
+#
+# The method rests on one assumption (the paper's Assumption 3.1): when a token is masked and
+# trained, its gain is larger the lower the mask ratio. We fine-tune the base on the members at a
+# *fixed* mask ratio (0.25, 0.5, 0.75) and measure every member token's gain, base NLL minus
+# fine-tuned NLL, under one shared round of cyclic masks. Two readings are shown: the total gain after
+# training (what the paper's Figure 1 plots) and the gain per step in which the token was masked
+# (total divided by ratio times epochs, since a higher ratio trains each token more often).
+
+# %%
+asym = qs.asymmetry_experiment(setup)
+plotting.publish(qs.plot_asymmetry(asym), "asymmetry", "04_qskew")
+run.metrics["asymmetry"] = asym["table"].to_dict(orient="index")
+asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
+
+# %% [markdown]
+# ```{glue:figure} 04_qskew-asymmetry
+# :name: fig-04-asymmetry
+# Per-token memorisation gain (nats) of member tokens after fine-tuning at a fixed mask ratio
+# (paper: LLaDA on XSUM, four epochs; ours: the small DLM on WikiText-2 blocks).
+# ```
+
+# %% [markdown]
+# ## PII reconstruction (Table 6)
+#
+# Records are synthetic (`memlab.data.pii`): a fictional name and topic followed by an e-mail address
+# or a phone number, e.g. `Maria Lopez of the harbour survey , email : maria.lopez41@inbox.net`,
+# padded with an end-of-text token. The base model is fine-tuned on all target records. For each
+# record, 20 mask tokens replace the PII (and the padding after it), $N$ candidates come from
+# independent denoising runs (LLaDA's low-confidence remasking, temperature 1), and the unique
+# candidates are ranked by cross-entropy (target model, random 35% masks; lower is better), by Q-Skew
+# with cyclic masks over the PII tokens only, by Q-Skew over the context tokens of a 20-token span
+# only, and by $-(1-\alpha)Z(\mathrm{CE}) + \alpha Z(\mathrm{QSkew})$ with $\alpha=0.1$. Success means
+# the top candidate equals the true string; the last row shows how often it was among the candidates.
+
+# %%
+pii = qs.pii_experiment(setup)
+run.metrics["pii"] = {"hits": pii["hits"], "oracle": pii["oracle"], "targets_per_kind": pii["n"]}
+ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
+display(paper.side_by_side(ours_pii, paper.table("04_qskew", "table6")))
+display(pii["examples"])
+run.metrics["pii"]["memorisation"] = pii["memorisation"].to_dict(orient="index")
+display(Markdown("Mean NLL (nats per token) of the true PII with the whole PII masked, before and after "
+                 "fine-tuning on the records:"))
+display(pii["memorisation"].round(2))
+
+# %% [markdown]
+# ## Claims
+
+# %%
+def best_baseline(section):
+    rows = {k: v["AUC"] for k, v in run.metrics[section].items() if k != "Q-Skew"}
+    name = max(rows, key=rows.get)
+    return name, rows[name]
+
+
+def beats_all(section):
+    def check(m):
+        name, auc = best_baseline(section)
+        q = m[section]["Q-Skew"]["AUC"]
+        return q > auc, f"Q-Skew AUC {q:.1f} vs best baseline {name} {auc:.1f}"
+    return check
+
+
+def gain10(m):
+    gains = []
+    for section in ("domain", "instruction"):
+        gains.append(m[section]["Q-Skew"]["AUC"] - best_baseline(section)[1])
+    return np.mean(gains) > 10, "Q-Skew minus best baseline AUC: " + ", ".join(f"{g:+.1f}" for g in gains)
+
+
+def mismatched(m):
+    parts, ok = [], True
+    for side in ("base", "instruct"):
+        t = m[f"table4_{side}"]
+        drop = t["Golden reference"]["AUC"] - min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
+        worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
+        ok &= drop <= 6 and worst > t["SAMA (w/ Ref)"]["AUC"]
+        parts.append(f"{side}: golden {t['Golden reference']['AUC']:.1f}, worst mismatched {worst:.1f}, SAMA {t['SAMA (w/ Ref)']['AUC']:.1f}")
+    return ok, "; ".join(parts)
+
+
+def ablation(m):
+    t = m["ablation"]
+    full = t["Q-Skew"]["AUC"]
+    others = {k: v["AUC"] for k, v in t.items() if k != "Q-Skew"}
+    return all(full > v for v in others.values()), f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items())
+
+
+def asymmetry(m):
+    t = m["asymmetry"]
+    means = [t[r]["mean gain (nats)"] for r in sorted(t)]
+    return all(a > b for a, b in zip(means, means[1:])), "mean gain by ratio " + ", ".join(
+        f"{r:g}: {t[r]['mean gain (nats)']:.3f}" for r in sorted(t))
+
+
+def per_step(m):
+    t = m["asymmetry"]
+    v = [t[r]["gain per masked step"] for r in sorted(t)]
+    return all(a > b for a, b in zip(v, v[1:])), "gain per masked step by ratio " + ", ".join(
+        f"{r:g}: {t[r]['gain per masked step']:.3f}" for r in sorted(t))
+
+
+def right_skew(m):
+    d = m["delta_stats"]
+    mq, nq = d["members"]["Q-Skew (pooled)"], d["non-members"]["Q-Skew (pooled)"]
+    return mq > 0 and mq > nq, (
+        f"pooled Q-Skew members {d['members']['Q-Skew (pooled)']:.3f}, non-members {d['non-members']['Q-Skew (pooled)']:.3f}")
+
+
+def pii_combine(m):
+    h, n = m["pii"]["hits"], m["pii"]["targets_per_kind"]
+    comb = [k for k in h if k.startswith("Combine")][0]
+    ok = all(h[comb][kind] >= h["CE"][kind] for kind in ("phone", "email")) and sum(h[comb].values()) > sum(h["CE"].values())
+    return ok, f"top-1 hits CE phone {h['CE']['phone']}/{n}, email {h['CE']['email']}/{n}; {comb} phone {h[comb]['phone']}/{n}, email {h[comb]['email']}/{n}"
+
+
+def pii_skew_alone(m):
+    h = m["pii"]["hits"]
+    return sum(h["Q-Skew (PII mask)"].values()) < sum(h["CE"].values()), (
+        f"Q-Skew (PII mask) {sum(h['Q-Skew (PII mask)'].values())} hits vs CE {sum(h['CE'].values())}")
+
+
+# At `smoke` the models are toys, so the claims are only judged at `cpu` and `paper`.
+MEASURED = ("cpu", "paper")
+CLAIMS = [
+    paper.Claim("dft-best", "Q-Skew has the highest AUC under domain fine-tuning", "Table 1", beats_all("domain"), profiles=MEASURED),
+    paper.Claim("ift-best", "Q-Skew has the highest AUC under instruction fine-tuning", "Table 2", beats_all("instruction"), profiles=MEASURED),
+    paper.Claim("gain10", "Q-Skew beats the best baseline by more than 10 AUC points on average", "Section 4", gain10, profiles=MEASURED),
+    paper.Claim("member-skew", "Members' per-token differences are right-skewed, more than non-members'", "Section 3 (Theorem 3.2)", right_skew, profiles=MEASURED),
+    paper.Claim("asymmetry", "After fine-tuning at a lower mask ratio, tokens have gained more (0.25 > 0.5 > 0.75)", "Figure 1", asymmetry, profiles=MEASURED),
+    paper.Claim("per-step", "A masked token gains more per training step at a lower mask ratio", "Assumption 3.1", per_step, profiles=MEASURED),
+    paper.Claim("mismatch", "With a mismatched reference Q-Skew loses at most a few AUC points and stays above SAMA", "Table 4", mismatched, profiles=MEASURED),
+    paper.Claim("ablation", "Each component (cyclic sampling, skewness, quantile weighting) adds AUC", "Table 5", ablation, profiles=MEASURED),
+    paper.Claim("pii-combine", "Combining CE with skewness (alpha = 0.1) recovers more PII than CE alone", "Table 6", pii_combine, profiles=MEASURED),
+    paper.Claim("pii-skew-alone", "Skewness alone recovers less PII than CE", "Table 6", pii_skew_alone, profiles=MEASURED),
+]
+verdicts = paper.evaluate(CLAIMS, run.metrics, cfg.profile)
+if cfg.profile == "smoke":  # still run every predicate, so the smoke test catches a broken one
+    paper.evaluate(CLAIMS, run.metrics, "cpu")
+display(paper.claims_table(verdicts))
+_ = run.save(claims=verdicts)
+
+# %%
+tally = paper.tally(verdicts)
+if "qskew" in cfg.scores and len(cfg.scores) > 1:
+    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], best_baseline("domain")
+    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], best_baseline("instruction")
+    display(Markdown(
+        f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC of {q_d:.1f}% after domain "
+        f"fine-tuning (best baseline: {b_d}, {a_d:.1f}%) and {q_i:.1f}% after instruction fine-tuning (best "
+        f"baseline: {b_i}, {a_i:.1f}%); the paper reports 80.3% (WikiText) and 81.4% (Alpaca) on LLaDA-8B. "
+        + ", ".join(f"{n} claims {v}" for v, n in tally.items() if n) + "."))
+
+# %% [markdown]
+# The verdicts are computed from this run's numbers. The rendered book shows the `cpu` profile: a
+# transformer of well under a million parameters, pre-trained for a few hundred steps and fine-tuned on
+# a few dozen WikiText-2 blocks, not the paper's 8B models. A "not reproduced" here says that the
+# effect does not show at this scale; it is not a refutation of the paper, and the `paper` profile runs
+# the same code on LLaDA.
