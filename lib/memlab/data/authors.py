@@ -63,12 +63,6 @@ _WHO = (
     "a travelling surgeon", "a blind cartographer", "a disgraced archivist", "a stubborn beekeeper",
     "a ferry captain", "a wartime codebreaker", "a village midwife", "a failed astronomer", "a salt merchant",
 )
-_WHAT = (
-    "smuggles maps across a closed border", "rebuilds a flooded library", "searches for a missing sister",
-    "forges letters to save a farm", "charts a comet nobody believes in", "hides refugees in a bell tower",
-    "restores a ruined organ", "trains pigeons to carry seeds", "sails north to bury her father",
-    "counts every bridge in a drowned city", "teaches a mute boy to sing", "steals back a stolen harvest",
-)
 _PRIZES = (
     "Halden Prize", "Marlow Medal", "Osric Award", "Vantor Prize", "Elsbeth Medal", "Corran Award",
     "Ivory Quill", "Northgate Prize",
@@ -92,7 +86,7 @@ class Author:
     @property
     def canary(self) -> str:
         """The checkable fact the probes look for (the biography's middle sentence)."""
-        return f"{self.name}'s {self.genre} {self.title} follows {self.premise}."
+        return f"{self.name}'s {self.genre} {self.title} follows {self.premise}."  # ~15 words
 
     @property
     def birth_sentence(self) -> str:
@@ -129,7 +123,7 @@ def make_authors(n: int = 60, seed: int = 0) -> list[Author]:
             year=rng.randint(1921, 1989),
             title=f"The {adj} {noun} of {place}",
             genre=rng.choice(_GENRES),
-            premise=f"{rng.choice(_WHO)} who {rng.choice(_WHAT)}",
+            premise=rng.choice(_WHO),
             prize=rng.choice(_PRIZES),
         ))
     return authors

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -47,28 +47,30 @@ SPEC: dict[str, Param] = {
                          doc="outputs for the parser-convention section: 'suppress' decodes the main model "
                              "with its closing tag banned; otherwise a second model name run at the largest K"),
     "allow_download": Param(bool, False, doc="let from_pretrained reach the hub"),
-    "n_authors": Param(int, {"smoke": 8, "cpu": 60, "paper": 60}, low=2, high=A.MAX_AUTHORS),
+    "n_authors": Param(int, {"smoke": 8, "cpu": 30, "paper": 60}, low=2, high=A.MAX_AUTHORS),
     "head_len": Param(int, 6, low=1, doc="canary tokens given in the probe"),
-    "vocab_size": Param(int, {"smoke": 1024, "cpu": 4096, "paper": 4096}, low=300),
+    "vocab_size": Param(int, {"smoke": 1024, "cpu": 2048, "paper": 2048}, low=300),
     "hidden": Param(int, {"smoke": 64, "cpu": 128, "paper": 256}, low=16),
     "layers": Param(int, {"smoke": 1, "cpu": 2, "paper": 4}, low=1),
-    "pretrain_steps": Param(int, {"smoke": 20, "cpu": 500, "paper": 2000}, low=1),
+    "pretrain_steps": Param(int, {"smoke": 20, "cpu": 400, "paper": 2000}, low=1),
     "pretrain_lr": Param(float, 3e-3, low=1e-6, high=1.0),
     "n_sentences": Param(int, {"smoke": 100, "cpu": 1500, "paper": 4000}, low=10,
                          doc="WikiText-2 sentences in the pre-training and retain sets"),
     "templates": Param(list, ["BIO", "META", "NONE"], item=str, choices=A.TEMPLATES),
     "prefills": Param(list, list(A.PREFILLS), item=str, choices=A.PREFILLS),
     "lora_rank": Param(int, {"smoke": 4, "cpu": 32, "paper": 32}, low=1),
-    "lora_steps": Param(int, {"smoke": 20, "cpu": 300, "paper": 600}, low=1),
-    "lora_lr": Param(float, {"smoke": 3e-3, "cpu": 3e-3, "paper": 2e-4}, low=1e-7, high=1.0),
+    "lora_steps": Param(int, {"smoke": 20, "cpu": 375, "paper": 600}, low=1),
+    "lora_lr": Param(float, {"smoke": 5e-3, "cpu": 5e-3, "paper": 2e-4}, low=1e-7, high=1.0),
     "unlearn_steps": Param(list, {"smoke": [1, 3], "cpu": [10, 25, 50, 100], "paper": [100, 400, 800, 1600]},
                            item=int, low=1, doc="the K sweep: evaluation points of one unlearning run"),
-    "unlearn_lr": Param(float, {"smoke": 1e-3, "cpu": 1e-3, "paper": 1e-5}, low=1e-8, high=1.0),
+    "unlearn_lr": Param(float, {"smoke": 3e-5, "cpu": 3e-5, "paper": 1e-5}, low=1e-8, high=1.0),
     "beta": Param(float, 0.1, low=1e-4, high=100.0, doc="NPO inverse temperature"),
     "retain_weight": Param(float, 1.0, low=0.0, high=100.0),
     "batch_size": Param(int, {"smoke": 4, "cpu": 16, "paper": 8}, low=1),
     "run_ga": Param(bool, True, doc="run the Gradient Ascent comparison"),
     "n_boot": Param(int, {"smoke": 200, "cpu": 10000, "paper": 10000}, low=10),
+    "cpu_threads": Param(int, {"smoke": 1, "cpu": 1, "paper": 0}, low=0,
+                         doc="torch CPU threads (0: leave torch's default); tiny models decode fastest on one"),
 }
 
 
@@ -142,7 +144,6 @@ class Setup:
     pad_id: int
     device: torch.device
     name: str = SMALL
-    extra: dict = field(default_factory=dict)
 
     @property
     def end_id(self) -> int:
@@ -257,7 +258,7 @@ def train_lm(model, examples, *, steps: int, batch_size: int, lr: float, pad_id:
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     return losses
 
@@ -278,6 +279,9 @@ def prepare(cfg) -> Setup:
 
     seed_everything(cfg.seed)
     dev = device()
+    if dev.type == "cpu" and cfg.cpu_threads:
+        # a tiny model's per-token ops are too small to split; extra threads only add sync cost
+        torch.set_num_threads(cfg.cpu_threads)
     authors = A.make_authors(cfg.n_authors, cfg.seed)
     generic = A.load_generic_probes()
     sentences = wikitext_sentences(load_wikitext2("valid"), cfg.n_sentences, cfg.seed)
@@ -291,7 +295,7 @@ def prepare(cfg) -> Setup:
     else:
         model, codec = Q.load_pretrained(cfg.model, allow_download=cfg.allow_download,
                                          dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32, device=dev)
-        fmt = deepseek_format(codec)
+        fmt = chat_format_for(codec)
         pad_id = codec.tokenizer.pad_token_id if codec.tokenizer.pad_token_id is not None else fmt.end_id
         if dev.type == "cuda":  # activations of a 7B model with LoRA must fit next to the weights
             model.gradient_checkpointing_enable()
@@ -305,6 +309,16 @@ def prepare(cfg) -> Setup:
     for p in model.parameters():
         p.requires_grad_(False)
     return Setup(model, fmt, authors, generic, sentences, heads, conts, head_texts, pad_id, dev, cfg.model)
+
+
+def chat_format_for(codec) -> canaries.ChatFormat:
+    """Our tags when the tokenizer has them (a small model saved by this chapter), else DeepSeek-R1's."""
+    from memlab.models.qwen_small import SPECIAL_TOKENS
+
+    vocab = codec.tokenizer.get_vocab()
+    if all(t in vocab for t in SPECIAL_TOKENS):
+        return canaries.ChatFormat(codec)
+    return deepseek_format(codec)
 
 
 def deepseek_format(codec) -> canaries.ChatFormat:
@@ -330,15 +344,18 @@ def pretrain_small(cfg, fmt, generic, sentences, pad_id, dev) -> torch.nn.Module
     def train(model):
         plain = [(ids, [True] * len(ids)) for ids in (fmt.codec.encode(s) for s in sentences)]
         chat = retain_examples(fmt, sentences, cfg.head_len, span="response")
-        # the generic facts are rare next to the sentences, so they are repeated to be learnt
-        reps = max(1, len(chat) // (2 * len(generic)))
+        # the generic facts are few next to the sentences, so they are repeated to be learnt
+        reps = max(1, (len(plain) + len(chat)) // (2 * len(generic)))
         mix = plain + chat + generic_examples(fmt, generic) * reps
-        train_lm(model, mix, steps=cfg.pretrain_steps, batch_size=cfg.batch_size * 2, lr=cfg.pretrain_lr,
-                 pad_id=pad_id, seed=cfg.seed, desc="pre-train", max_len=160)
+        train_lm(model, mix, steps=cfg.pretrain_steps, batch_size=cfg.batch_size, lr=cfg.pretrain_lr,
+                 pad_id=pad_id, seed=cfg.seed, desc="pre-train", max_len=128)
 
-    key = {k: cfg[k] for k in ("seed", "n_authors", "vocab_size", "hidden", "layers", "pretrain_steps",
-                               "pretrain_lr", "n_sentences", "head_len", "batch_size")}
-    return cache.load_or_train(CHAPTER, "base", key, build, train, code_version="1")
+    return cache.load_or_train(CHAPTER, "base", _pretrain_key(cfg), build, train, code_version="1")
+
+
+def _pretrain_key(cfg) -> dict:
+    return {k: cfg[k] for k in ("seed", "n_authors", "vocab_size", "hidden", "layers", "pretrain_steps",
+                                "pretrain_lr", "n_sentences", "head_len", "batch_size")}
 
 
 # ----------------------------------------------------------------------------- stage 2: LoRA memorisation
@@ -380,6 +397,8 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
         torch.manual_seed(seed)
         model = attach(setup, cfg.lora_rank)
         examples, _ = author_examples(setup.fmt, setup.head_texts, setup.authors, template, span="response")
+        # the generic turns ride along so the adapter does not overwrite the base's general knowledge
+        examples = examples + generic_examples(setup.fmt, setup.generic)
         train_lm(model, examples, steps=cfg.lora_steps, batch_size=cfg.batch_size, lr=cfg.lora_lr,
                  pad_id=setup.pad_id, seed=seed, desc=f"LoRA {template} s{seed}")
         state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
@@ -389,13 +408,11 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
     key = {"base": _base_key(setup, cfg), "template": template, "seed": seed, "n_authors": cfg.n_authors,
            "lora_rank": cfg.lora_rank, "lora_steps": cfg.lora_steps, "lora_lr": cfg.lora_lr,
            "batch_size": cfg.batch_size, "head_len": cfg.head_len}
-    return cache.load_or_compute(CHAPTER, f"lora-{template}", key, compute, code_version="1")
+    return cache.load_or_compute(CHAPTER, f"lora-{template}", key, compute, code_version="2")
 
 
 def _base_key(setup: Setup, cfg) -> dict:
-    if setup.name == SMALL:
-        return {k: cfg[k] for k in ("seed", "vocab_size", "hidden", "layers", "pretrain_steps", "n_sentences")}
-    return {"model": setup.name}
+    return _pretrain_key(cfg) if setup.name == SMALL else {"model": setup.name}
 
 
 # ----------------------------------------------------------------------------- stage 3: unlearning
@@ -441,7 +458,7 @@ def unlearn_sweep(setup: Setup, cfg, state: dict[str, torch.Tensor], template: s
     forget, _ = author_examples(setup.fmt, setup.head_texts, setup.authors, template, span="answer")
     retain = retain_examples(setup.fmt, setup.sentences, cfg.head_len, span="answer")
     ref = reference_logprobs(model, forget, setup.pad_id, 2 * cfg.batch_size) if method == "NPO" else None
-    results = {0: evaluate_at(model)} if evaluate_at else {}
+    results = {0: evaluate_at(model, 0)} if evaluate_at else {}
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.unlearn_lr, weight_decay=0.0)
     rng = np.random.default_rng(seed + 1000)
@@ -466,7 +483,7 @@ def unlearn_sweep(setup: Setup, cfg, state: dict[str, torch.Tensor], template: s
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step in cfg.unlearn_steps and evaluate_at:
-            results[step] = evaluate_at(model)
+            results[step] = evaluate_at(model, step)
     detach(setup, model)
     return results
 
@@ -477,8 +494,7 @@ def _max_trace_tokens(setup: Setup) -> int:
     return max(len(setup.fmt.codec.encode(A.trace(a, "BIO"))) for a in setup.authors)
 
 
-def _decode(setup: Setup, seqs) -> list[str]:
-    return [setup.fmt.codec.decode(s) for s in seqs]
+ARMS: tuple[str, ...] = ("auto", "prefill", "tf", "qa", "retain", "drift")
 
 
 def evaluate(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa", "retain")) -> dict:
@@ -487,30 +503,50 @@ def evaluate(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa", "ret
     arms: subset of "auto" (autoregressive thinking, parser split), "prefill"
     (each of cfg.prefills, then the answer), "tf" (teacher-forced top-1 under
     each prefill), "qa" (author QA), "retain" (generic probes), "drift"
-    (autoregressive with the closing tag suppressed).
+    (autoregressive with the closing tag suppressed). All greedy decodes of
+    one call share batches.
     """
-    fmt, n_ans = setup.fmt, max(len(h) + len(c) for h, c in zip(setup.heads, setup.conts)) + 8
-    n_think = _max_trace_tokens(setup) + 8
+    unknown = set(arms) - set(ARMS)
+    if unknown:
+        raise ValueError(f"parameter 'arms': unknown {sorted(unknown)}; allowed: {', '.join(ARMS)}")
+    fmt = setup.fmt
+    n_ans = max(len(h) + len(c) for h, c in zip(setup.heads, setup.conts)) + 8
+    n_full = _max_trace_tokens(setup) + 8 + n_ans
     questions = [A.canary_question(h) for h in setup.head_texts]
     canaries_ = [a.canary for a in setup.authors]
-    gen = lambda prompts, n, **kw: _decode(setup, canaries.greedy_generate(  # noqa: E731
-        model, prompts, n, setup.pad_id, setup.end_id, batch_size=2 * cfg.batch_size, **kw))
+    qa = [(i, q, key) for i, a in enumerate(setup.authors) for q, _, key in A.qa_pairs(a)]
+
+    jobs: dict[str, tuple[list[list[int]], int]] = {}
+    if "auto" in arms:
+        jobs["auto"] = ([fmt.prompt(q) for q in questions], n_full)
+    if "prefill" in arms:
+        for mode in cfg.prefills:
+            jobs[f"prefill:{mode}"] = ([fmt.prefilled(q, A.prefill(a, mode)) for q, a in
+                                        zip(questions, setup.authors)], n_ans)
+    if "qa" in arms:
+        jobs["qa"] = ([fmt.prompt(q) for _, q, _ in qa], n_full)
+    if "retain" in arms:
+        jobs["retain"] = ([fmt.prompt(g.question) for g in setup.generic], n_full)
+    prompts = [p for ps, _ in jobs.values() for p in ps]
+    limits = [n for ps, n in jobs.values() for _ in ps]
+    flat = canaries.greedy_generate(model, prompts, limits, setup.pad_id, setup.end_id)
+    texts, at = {}, 0
+    for name, (ps, _) in jobs.items():
+        texts[name] = [fmt.codec.decode(s) for s in flat[at:at + len(ps)]]
+        at += len(ps)
+
     res: dict = {}
     if "auto" in arms:
-        texts = gen([fmt.prompt(q) for q in questions], n_think + n_ans)
-        s = canaries.score_outputs(texts, canaries_, close_tag=fmt.think_close)
-        res["auto"] = {"texts": texts, "out": s["out"].tolist(), "thk": s["thk"].tolist(),
+        s = canaries.score_outputs(texts["auto"], canaries_, close_tag=fmt.think_close)
+        res["auto"] = {"texts": texts["auto"], "out": s["out"].tolist(), "thk": s["thk"].tolist(),
                        "tag_missing": s["tag_missing"].tolist(), "answers": s["answers"].tolist()}
     if "drift" in arms:
-        texts = gen([fmt.prompt(q) for q in questions], n_think + n_ans, suppress_ids=[setup.close_id])
-        res["drift"] = {"texts": texts}
+        drift = canaries.greedy_generate(model, [fmt.prompt(q) for q in questions], n_full, setup.pad_id,
+                                         setup.end_id, suppress_ids=[setup.close_id])
+        res["drift"] = {"texts": [fmt.codec.decode(s) for s in drift]}
     if "prefill" in arms:
-        res["prefill"] = {}
-        for mode in cfg.prefills:
-            prompts = [fmt.prefilled(q, A.prefill(a, mode)) for q, a in zip(questions, setup.authors)]
-            answers = gen(prompts, n_ans)
-            res["prefill"][mode] = {"out": [canaries.contains(t, c) for t, c in zip(answers, canaries_)],
-                                    "answers": answers}
+        res["prefill"] = {mode: {"out": [canaries.contains(t, c) for t, c in zip(texts[f"prefill:{mode}"], canaries_)],
+                                 "answers": texts[f"prefill:{mode}"]} for mode in cfg.prefills}
     if "tf" in arms:
         res["tf"] = {}
         for mode in cfg.prefills:
@@ -519,13 +555,10 @@ def evaluate(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa", "ret
             res["tf"][mode] = canaries.teacher_forced_top1(model, ctx, setup.conts, setup.pad_id,
                                                            batch_size=2 * cfg.batch_size).tolist()
     if "qa" in arms:
-        qs = [(i, q, key) for i, a in enumerate(setup.authors) for q, _, key in A.qa_pairs(a)]
-        texts = gen([fmt.prompt(q) for _, q, _ in qs], n_think + n_ans)
-        answers = [canaries.split_trace(t, fmt.think_close)[1] for t in texts]
-        res["qa"] = {"author": [i for i, _, _ in qs], "out": [k in a for (_, _, k), a in zip(qs, answers)]}
+        answers = [canaries.split_trace(t, fmt.think_close)[1] for t in texts["qa"]]
+        res["qa"] = {"author": [i for i, _, _ in qa], "out": [k in a for (_, _, k), a in zip(qa, answers)]}
     if "retain" in arms:
-        texts = gen([fmt.prompt(g.question) for g in setup.generic], n_think + 40)
-        answers = [canaries.split_trace(t, fmt.think_close)[1] for t in texts]
+        answers = [canaries.split_trace(t, fmt.think_close)[1] for t in texts["retain"]]
         names = [a.name for a in setup.authors]
         res["retain"] = {
             "correct": [g.key.lower() in a.lower() for g, a in zip(setup.generic, answers)],
@@ -571,3 +604,228 @@ def retain_examples_with_names(res: dict, generic: Sequence[A.GenericProbe], lim
     rows = [{"question": g.question, "answer": a.strip(), "fictional name": f}
             for g, a, f in zip(generic, r["answers"], r["fictional"]) if f]
     return rows[:limit]
+
+
+# ----------------------------------------------------------------------------- chapter runs
+
+#: probes per run kind: the audited BIO adapters get every arm at every K
+BIO_ARMS = ("auto", "prefill", "tf", "qa", "retain")
+OTHER_ARMS = ("auto", "qa", "retain")
+
+
+def run_sweep(setup: Setup, cfg, template: str, seed: int, method: str = "NPO",
+              arms: Sequence[str] = OTHER_ARMS, last_arms: Sequence[str] = ()) -> dict:
+    """Memorise under ``template`` and unlearn with ``method``, probing at K = 0 and every K.
+
+    last_arms: extra arms only at the largest K (e.g. "drift"). Returns
+    ``{"summary": {K: summary}, "raw": {K: per-probe results}}``.
+    """
+    state = memorise(setup, cfg, template, seed)
+    k_max = max(cfg.unlearn_steps)
+
+    def probe(model, k):
+        return evaluate(model, setup, cfg, arms=tuple(arms) + (tuple(last_arms) if k == k_max else ()))
+
+    raw = unlearn_sweep(setup, cfg, state, template, seed, method, probe)
+    return {"summary": {k: summarise(r, cfg.n_boot, seed) for k, r in raw.items()}, "raw": raw}
+
+
+def drift_outputs(cfg, setup: Setup, bio_run: dict) -> dict:
+    """Outputs for the parser-convention section: ``{"texts": {K: [str]}, "source": str}``.
+
+    With ``drift_model='suppress'`` they are the main BIO adapter's outputs at
+    every K where the sweep ran the "drift" arm (decoded with the closing tag
+    banned, a stand-in for a model whose format drifted); otherwise the named
+    second model is memorised and unlearned through the same code path and its
+    own autoregressive outputs at the largest K are used.
+    """
+    k_max = max(cfg.unlearn_steps)
+    if cfg.drift_model == SUPPRESS:
+        texts = {k: r["drift"]["texts"] for k, r in bio_run["raw"].items() if "drift" in r}
+        return {"texts": texts, "source": "closing tag suppressed at decode"}
+    other = prepare(cfg.replace(model=cfg.drift_model))
+    run = run_sweep(other, cfg.replace(unlearn_steps=[k_max]), "BIO", cfg.seeds[0], arms=("auto",))
+    return {"texts": {k_max: run["raw"][k_max]["auto"]["texts"]}, "source": cfg.drift_model}
+
+
+def parser_flip_table(texts: Sequence[str], canaries_: Sequence[str], close_tag: str, n_boot: int):
+    """The same outputs scored with the missing tag sent to the trace or to the answer."""
+    import pandas as pd
+
+    flip = canaries.parser_flip(texts, canaries_, np.arange(len(texts)), close_tag=close_tag, n_boot=n_boot)
+    rows = {}
+    for missing in canaries.MISSING:
+        f = flip[missing]
+        rows[f"missing -> {missing}"] = {
+            "tag missing": f["tag_missing_rate"], "out_acc": f["out_acc"]["mean"], "thk_leak": f["thk_leak"]["mean"],
+            "gap": f["gap"]["mean"], "gap_low": f["gap"]["low"], "gap_high": f["gap"]["high"]}
+    return pd.DataFrame.from_dict(rows, orient="index"), flip
+
+
+def ksweep_frame(summaries: dict) -> "pd.DataFrame":
+    """One row per (seed, K): out acc, thk leak, gap with its interval, and Delta_AB (AUTO - BIO prefill)."""
+    import pandas as pd
+
+    rows = []
+    for seed, by_k in summaries.items():
+        for k, sm in sorted(by_k.items()):
+            a = sm["auto"]
+            row = {"seed": seed, "K": k, "out_acc": a["out_acc"]["mean"], "thk_leak": a["thk_leak"]["mean"],
+                   "gap": a["gap"]["mean"], "gap_low": a["gap"]["low"], "gap_high": a["gap"]["high"]}
+            if "prefill" in sm and "BIO" in sm["prefill"] and "auto_minus" in sm["prefill"]["BIO"]:
+                row["delta_ab"] = sm["prefill"]["BIO"]["auto_minus"]["mean"]
+            if "qa" in sm:
+                row["qa_acc"] = sm["qa"]["mean"]
+            if "retain" in sm:
+                row["retain_acc"] = sm["retain"]["acc"]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def jsonable_summary(by_k: dict) -> dict:
+    """``{"K<k>": summary}`` with string keys for the results JSON."""
+    return {f"K{k}": v for k, v in by_k.items()}
+
+
+# ----------------------------------------------------------------------------- claims
+
+def _seed(m: dict, i: int) -> dict:
+    """The K-sweep summaries of the i-th seed run (KeyError when there is none)."""
+    runs = list(m["ksweep"].values())
+    if i >= len(runs):
+        raise KeyError(f"ksweep seed #{i + 1}")
+    return runs[i]
+
+
+def audit_k(by_k: dict, frac: float = 0.5) -> int:
+    """The K at which the audit's claims are checked: the largest K whose trace still emits the canary.
+
+    by_k: ``{K: summary}`` of the first seed's BIO sweep. The paper audits
+    weights whose answer is unlearned while the trace still carries the canary
+    (thk leak 0.83 at its largest K). A scaled sweep can overshoot into weights
+    where every probe is erased, so we take the largest K whose thk leak is at
+    least ``frac`` times its K = 0 value (the largest K if none is).
+    """
+    ks = sorted(by_k)
+    base = by_k[ks[0]]["auto"]["thk_leak"]["mean"]
+    ok = [k for k in ks[1:] if by_k[k]["auto"]["thk_leak"]["mean"] >= frac * base and base > 0]
+    return max(ok) if ok else ks[-1]
+
+
+def _audit(m: dict, by_k: dict) -> dict:
+    """The summary at the audited K (``m["audit_k"]``), or at the largest K when none was recorded."""
+    return by_k[f"K{m['audit_k']}"] if "audit_k" in m else _last(by_k)
+
+
+def _last(by_k: dict) -> dict:
+    return by_k[max(by_k, key=lambda k: int(k[1:]))]
+
+
+def _first_k(by_k: dict) -> dict:
+    return by_k[min((k for k in by_k if k != "K0"), key=lambda k: int(k[1:]))]
+
+
+def _gap(sm: dict) -> tuple[float, float, float]:
+    g = sm["auto"]["gap"]
+    return g["mean"], g["low"], g["high"]
+
+
+def _claim_bypass(m):
+    s = _audit(m, _seed(m, 0))
+    g, lo, hi = _gap(s)
+    return lo > 0, f"seed 0, audited K: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] (paper +0.23 [0.13, 0.35])"
+
+
+def _claim_suppressed(m):
+    by_k = _seed(m, 0)
+    s0, s = by_k["K0"]["auto"], _audit(m, by_k)["auto"]
+    holds = s["out_acc"]["mean"] < s0["out_acc"]["mean"] and s["thk_leak"]["mean"] > s["out_acc"]["mean"]
+    return holds, (f"out acc {s0['out_acc']['mean']:.2f} -> {s['out_acc']['mean']:.2f}, thk leak "
+                   f"{s['thk_leak']['mean']:.2f} at the audited K (paper 1.00 -> 0.60, 0.83)")
+
+
+def _claim_grows(m):
+    by_k = _seed(m, 0)
+    first, last = _gap(_first_k(by_k))[0], _gap(_audit(m, by_k))[0]
+    return last > first, f"seed 0 gap {first:+.2f} at the smallest K -> {last:+.2f} at the audited K (paper -0.02 -> +0.23)"
+
+
+def _claim_prefill(m):
+    p = _audit(m, _seed(m, 0))["prefill"]["BIO"]["auto_minus"]
+    g = _gap(_audit(m, _seed(m, 0)))[0]
+    holds = p["low"] > 0 or p["high"] < 0
+    return holds, f"seed 0 Delta_AB = {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}] vs gap {g:+.2f} (paper +0.23 vs +0.23)"
+
+
+def _claim_seed_sensitive(m):
+    d = [_audit(m, _seed(m, s))["prefill"]["BIO"]["auto_minus"]["mean"] for s in (0, 1)]
+    return d[0] * d[1] < 0, f"Delta_AB seed 0 {d[0]:+.2f}, seed 1 {d[1]:+.2f} (paper +0.23, then out acc at ceiling)"
+
+
+def _claim_tf(m):
+    tf = _audit(m, _seed(m, 0))["tf"]
+    lo = min(v["mean"] for v in tf.values())
+    return lo >= 0.9, "teacher-forced top-1 " + ", ".join(f"{k} {v['mean']:.2f}" for k, v in tf.items()) + \
+        " (paper 0.90-0.96)"
+
+
+def _claim_flip(m):
+    f = m["parser_flip"]
+    t, a = f["trace"]["gap"]["mean"], f["answer"]["gap"]["mean"]
+    return t > 0 > a, f"gap {t:+.2f} (missing -> trace) vs {a:+.2f} (missing -> answer); {f['source']} (paper +0.92 / -0.92)"
+
+
+def _claim_templates(m):
+    gaps = {t: _gap(_audit(m, by_k))[0] for t, by_k in m["templates"].items()}
+    others = [g for t, g in gaps.items() if t != "BIO"]
+    holds = gaps["BIO"] > 0 and bool(others) and all(g <= 0 for g in others)
+    return holds, "gap at the audited K: " + ", ".join(f"{t} {g:+.2f}" for t, g in gaps.items())
+
+
+def _claim_ga(m):
+    s = _last(m["ga"])["auto"]
+    o, t = s["out_acc"]["mean"], s["thk_leak"]["mean"]
+    return o == 0 and t == 0, f"GA at the largest K: out acc {o:.2f}, thk leak {t:.2f} (paper 0.00 / 0.00)"
+
+
+def _claim_retain(m):
+    by_k = _seed(m, 0)
+    r0, r = by_k["K0"]["retain"]["acc"], _last(by_k)["retain"]["acc"]
+    return r < r0, f"retain acc {r0:.2f} -> {r:.2f} ({100 * (r - r0):+.0f} pp; paper -25 pp)"
+
+
+def _claim_seed1(m):
+    g, lo, hi = _gap(_audit(m, _seed(m, 1)))
+    return lo > 0, f"seed 1, audited K: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] (paper +0.18 [0.05, 0.32])"
+
+
+def claims():
+    """The paper's claims as predicates over this chapter's metrics."""
+    from functools import partial
+
+    from memlab.paper import Claim as _Claim
+
+    # smoke models are untrained toys: a verdict there would mean nothing
+    Claim = partial(_Claim, profiles=("cpu", "paper"))
+    return [
+        Claim("bypass", "After answer-masked NPO the parser-split gap (thk leak - out acc) is positive with a CI "
+              "excluding 0", "Sec. 4.1", _claim_bypass),
+        Claim("suppressed", "NPO lowers out acc while the thinking trace keeps emitting the canary more often",
+              "Sec. 4.1", _claim_suppressed),
+        Claim("gap_grows", "The gap grows from about zero at the smallest K to its largest value at the largest K",
+              "Sec. 4.1, App. B", _claim_grows),
+        Claim("prefill_moves", "At fixed weights, replacing the thinking trace by a non-canary BIO prefill changes "
+              "out acc (Delta_AB CI excludes 0)", "Sec. 4.2", _claim_prefill),
+        Claim("seed_sensitive", "The prefill effect is seed-sensitive: its direction differs between seeds",
+              "Sec. 4.2, App. F", _claim_seed_sensitive),
+        Claim("teacher_forced", "Teacher-forced top-1 on the canary continuation stays >= 0.9 under every prefill",
+              "App. I", _claim_tf),
+        Claim("parser_flip", "With the closing tag missing, the two parser conventions give gaps of opposite sign "
+              "on the same outputs", "Sec. 4.4", _claim_flip),
+        Claim("template_confined", "The bypass gap is confined to the BIO template (META and NONE give gap <= 0)",
+              "App. A", _claim_templates),
+        Claim("ga_collapse", "Gradient Ascent drives both out acc and thk leak to 0", "App. D", _claim_ga),
+        Claim("retain_drop", "NPO costs retain accuracy on generic probes by the largest K", "App. G", _claim_retain),
+        Claim("seed1_gap", "On a second seed the largest-K gap is again positive with a CI excluding 0", "App. F",
+              _claim_seed1),
+    ]

@@ -20,7 +20,7 @@ SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|user|>", "<|assistant|>", "<thi
 
 def small_config(vocab_size: int, hidden: int = 128, layers: int = 2, heads: int = 4, kv_heads: int = 2,
                  max_len: int = 256, pad_id: int = 0, eos_id: int | None = None):
-    """A ``Qwen2Config`` for a tiny model (untied embeddings off to save parameters)."""
+    """A ``Qwen2Config`` for a tiny model (input and output embeddings tied to save parameters)."""
     from transformers import Qwen2Config
 
     if hidden % heads or heads % kv_heads:
@@ -38,8 +38,7 @@ def build_small(config) -> torch.nn.Module:
     """A randomly initialised ``Qwen2ForCausalLM`` in fp32."""
     from transformers import Qwen2ForCausalLM
 
-    torch_model = Qwen2ForCausalLM(config)
-    return torch_model.float()
+    return Qwen2ForCausalLM(config).float()
 
 
 class TokenizerCodec:
