@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# One intra-op thread: see the note in memlab/cli.py (torch CPU backward crash with 2 threads).
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
 exec .venv/bin/python -m pytest tests "$@"

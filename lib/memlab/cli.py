@@ -149,6 +149,10 @@ def run_chapter(
         if not allow_download:
             os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
         os.environ.setdefault("MPLBACKEND", "Agg")
+        # torch 2.14.1's CPU backward of our small ResNets aborts with heap corruption
+        # ("free(): invalid next size") under 2 intra-op threads; one thread is safe and,
+        # on 2 cores, barely slower. Set OMP_NUM_THREADS yourself to use more.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
         (staging / "chapters").mkdir()
         src_nb = staging / "source.ipynb"
         nbformat.write(nb, src_nb)
