@@ -22,7 +22,7 @@ def _perturbed(model: nn.Module, seed: int = 0) -> nn.Module:
 
 @pytest.fixture(scope="module")
 def images():
-    return torch.randn(48, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    return torch.randn(32, 3, 16, 16, generator=torch.Generator().manual_seed(1))
 
 
 @pytest.fixture()

@@ -40,11 +40,15 @@ def fig1b(sweep: pd.DataFrame, audit_ref: dict[str, float]):
                         label=SOURCE_LABELS.get(src, src))
         ax.axhline(audit_ref[m], ls="--", color="k", lw=1, label="full retain recalibration")
         ax.set_xscale("log")
+        budgets = sorted(d["budget"].unique())
+        ax.set_xticks(budgets, [str(b) for b in budgets], rotation=45)
+        ax.minorticks_off()
         ax.set_title(m)
         ax.set_xlabel("recovery budget B (images)")
     axes[0].set_ylabel("forget-class test accuracy (%)")
     axes[0].set_ylim(0, 100)
-    axes[-1].legend(loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
     return fig
 
 
@@ -70,7 +74,9 @@ def fig2(profile: pd.DataFrame):
         color = f"C{i % 10}"
         ax.plot(g["layer"], g["before"], color=color, marker=".", label=m)
         ax.plot(g["layer"], g["after"], color=color, ls="--", lw=0.8)
+    ax.plot([], [], color="k", ls="--", lw=0.8, label="half vs full retain (sampling error)")
     ax.set_yscale("log")
+    ax.set_xticks(sorted(profile["layer"].unique()))
     ax.set_xlabel("BN layer (input to output)")
     ax.set_ylabel("mean |μ - μ*| / σ*")
     ax.legend(ncols=2, fontsize=7)

@@ -62,9 +62,12 @@ def _class_subset(y: torch.Tensor, per_class: int, g: torch.Generator) -> torch.
 
 def _sgd_epochs(net, x, y, *, epochs, lr, batch_size, g, desc):
     dev = device_of(net)
+    # Drop a trailing partial batch: with 2 CPU threads, torch 2.14 segfaulted in the backward
+    # pass of a 5-image remainder batch at the smoke sizes (1 thread was fine).
+    steps_per_epoch = max(1, len(x) // batch_size)
     opt = sgd(net, lr)
-    steps = epochs * -(-len(x) // batch_size)
-    batches = index_stream(len(x), batch_size, g)
+    steps = epochs * steps_per_epoch
+    batches = (idx for idx in index_stream(len(x), batch_size, g) if len(idx) == min(batch_size, len(x)))
     set_bn_mode(net, "train")
     for _ in progress(range(steps), desc=desc):
         idx = next(batches)
