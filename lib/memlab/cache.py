@@ -34,6 +34,13 @@ def cache_dir() -> Path:
     return path
 
 
+def sibling_dir(name: str) -> Path:
+    """A folder beside the model cache (``arrays``, ``tokenizers``), created on first use."""
+    path = cache_dir().parent / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def enabled() -> bool:
     """False when ``MEMLAB_NO_CACHE`` is set to 1 (re-train, ignore entries)."""
     return os.environ.get("MEMLAB_NO_CACHE", "0") not in ("1", "true", "yes")

@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from memlab.config import ConfigError, data_root, repo_root
+from memlab.config import ConfigError, data_root
 
 WIKITEXT_SPLITS = {"valid": "valid.txt", "test": "test.txt", "train": "train.txt"}
 
@@ -46,11 +46,9 @@ def wikitext_articles(text: str) -> list[str]:
 
 
 def tokenizer_cache_dir() -> Path:
-    env = os.environ.get("MEMLAB_CACHE")
-    base = Path(env).expanduser() if env else repo_root() / "data" / "cache" / "models"
-    path = base.parent / "tokenizers"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    from memlab.cache import sibling_dir
+
+    return sibling_dir("tokenizers")
 
 
 def train_bpe(

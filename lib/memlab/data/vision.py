@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memlab.config import ConfigError, data_root, repo_root
+from memlab.config import ConfigError, data_root
 from memlab.progress import progress
 
 DATASETS = {"cifar10": 10, "cifar100": 100}
@@ -29,11 +29,9 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 
 def array_cache_dir() -> Path:
-    env = os.environ.get("MEMLAB_CACHE")
-    base = Path(env).expanduser() if env else repo_root() / "data" / "cache" / "models"
-    path = base.parent / "arrays"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    from memlab.cache import sibling_dir
+
+    return sibling_dir("arrays")
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
