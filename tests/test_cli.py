@@ -130,3 +130,12 @@ def test_scorecard_and_toc_filter(tmp_path):
     kept, skipped = cli._filtered_toc(toc, tmp_path)
     assert kept["parts"] == [{"caption": "C", "chapters": [{"file": "book/chapters/a"}]}]
     assert skipped == ["book/chapters/b", "book/chapters/c"]
+
+
+def test_dedupe_inline_scripts(tmp_path):
+    page = tmp_path / "p.html"
+    page.write_text('<head>\n<script>const A = 1;</script>\n<script src="x.js"></script>\n'
+                    '<script>const A = 1;</script>\n<script>const B = 2;</script>\n</head>')
+    assert cli.dedupe_inline_scripts(page)
+    assert page.read_text().count("const A = 1") == 1 and "const B = 2" in page.read_text()
+    assert not cli.dedupe_inline_scripts(page)

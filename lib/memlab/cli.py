@@ -234,6 +234,29 @@ def _filtered_toc(toc: dict, root: Path) -> tuple[dict, list[str]]:
     return toc, skipped
 
 
+def dedupe_inline_scripts(page: Path) -> bool:
+    """Drop repeated identical one-line inline ``<script>`` tags from an HTML page.
+
+    sphinx-thebe and sphinx-togglebutton register their inline configuration
+    once per read pass, and a build with bibliography re-reads emits them twice;
+    the second ``const THEBE_JS_URL`` is a SyntaxError in the browser.
+    Returns whether the page changed.
+    """
+    lines = page.read_text(encoding="utf-8").split("\n")
+    seen, kept = set(), []
+    for line in lines:
+        s = line.strip()
+        if s.startswith("<script>") and s.endswith("</script>"):
+            if s in seen:
+                continue
+            seen.add(s)
+        kept.append(line)
+    if len(kept) == len(lines):
+        return False
+    page.write_text("\n".join(kept), encoding="utf-8")
+    return True
+
+
 def render(root: Path | None = None, out: Path | None = None) -> Path:
     """Build the HTML book from the executed chapters (never re-executes); returns index.html."""
     root = Path(root) if root else repo_root()
@@ -258,6 +281,8 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-6000:])
             raise RunError("the book did not build cleanly (warnings are errors); see the messages above")
+        for page in (stage / "_build" / "html").rglob("*.html"):
+            dedupe_inline_scripts(page)
         html = out / "html"
         if html.exists():
             shutil.rmtree(html)
