@@ -454,20 +454,21 @@ def _double_descent(m):
     return ok, "test loss first rises at ratio " + ", ".join(f"{k}: {v if v is None else round(v, 2)}" for k, v in on.items())
 
 
-def _mia(m):
+def _mia_falls(runs):
+    """Membership F1 at the smallest data set above F1 at the largest, for every model."""
     by = {}
-    for r in m["sweep"]:
+    for r in runs:
         by.setdefault(r["model"], []).append((r["n_samples"], r["membership_f1"]))
     ok = all(sorted(v)[0][1] > sorted(v)[-1][1] for v in by.values())
     return ok, "; ".join(f"{k}: F1 {sorted(v)[0][1]:.2f} -> {sorted(v)[-1][1]:.2f}" for k, v in by.items())
+
+
+def _mia(m):
+    return _mia_falls(m["sweep"])
 
 
 def _mia_text(m):
-    by = {}
-    for r in m["text"]:
-        by.setdefault(r["model"], []).append((r["n_samples"], r["membership_f1"]))
-    ok = all(sorted(v)[0][1] > sorted(v)[-1][1] for v in by.values())
-    return ok, "; ".join(f"{k}: F1 {sorted(v)[0][1]:.2f} -> {sorted(v)[-1][1]:.2f}" for k, v in by.items())
+    return _mia_falls(m["text"])
 
 
 def _extraction(m):
