@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from memlab.config import repo_root
+from memlab.results import to_jsonable
 
 
 def cache_dir() -> Path:
@@ -46,24 +47,10 @@ def enabled() -> bool:
     return os.environ.get("MEMLAB_NO_CACHE", "0") not in ("1", "true", "yes")
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "to_dict"):
-        return _jsonable(obj.to_dict())
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    if hasattr(obj, "item"):
-        return obj.item()
-    return repr(obj)
-
-
 def key(chapter: str, stage: str, config: dict, code_version: str = "1") -> str:
     """SHA-256 hex digest of what produced an entry (order of dict keys does not matter)."""
     payload = json.dumps(
-        {"chapter": chapter, "stage": stage, "config": _jsonable(config), "code": str(code_version)},
+        {"chapter": chapter, "stage": stage, "config": to_jsonable(config), "code": str(code_version)},
         sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
@@ -71,6 +58,14 @@ def key(chapter: str, stage: str, config: dict, code_version: str = "1") -> str:
 
 def entry_path(k: str) -> Path:
     return cache_dir() / k
+
+
+def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) -> dict:
+    """What an entry records about how it was produced (its meta.json)."""
+    return {
+        "chapter": chapter, "stage": stage, "config": to_jsonable(config), "code_version": code_version,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": kind,
+    }
 
 
 def _write_entry(k: str, write: Callable[[Path], None], meta: dict) -> Path:
@@ -117,10 +112,7 @@ def load_or_train(
         return model
     train(model)
     model.eval()
-    meta = {
-        "chapter": chapter, "stage": stage, "config": _jsonable(config), "code_version": code_version,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": "model",
-    }
+    meta = _meta(chapter, stage, config, code_version, "model")
     _write_entry(k, lambda tmp: save_model(model, str(tmp / "weights.safetensors")), meta)
     return model
 
@@ -140,10 +132,7 @@ def load_or_compute(
     tensors = compute()
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise TypeError("compute() must return a dict of str -> torch.Tensor")
-    meta = {
-        "chapter": chapter, "stage": stage, "config": _jsonable(config), "code_version": code_version,
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": "tensors",
-    }
+    meta = _meta(chapter, stage, config, code_version, "tensors")
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
     _write_entry(k, lambda tmp: save_file(contiguous, str(tmp / "weights.safetensors")), meta)
     return tensors
