@@ -22,6 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import record  # noqa: E402
+
 CHAPTER = "01_bn_illusion"
 TARGET_S = {"smoke": 60, "cpu": 720}
 
@@ -43,21 +46,27 @@ def main() -> None:
     ap.add_argument("--profiles", nargs="+", default=["smoke"], choices=["smoke", "cpu", "paper"])
     ap.add_argument("--no-warm", action="store_true", help="skip the second (cached) run")
     args = ap.parse_args()
+    start = time.perf_counter()
     if not os.environ.get("MEMLAB_DATA_ROOT"):
         raise SystemExit("set MEMLAB_DATA_ROOT to the folder holding cifar10-jpeg/")
     print(f"cores: {os.cpu_count()}  load average: {os.getloadavg()[0]:.1f} (a shared machine inflates every time)")
+    rows = []
     for profile in args.profiles:
         with tempfile.TemporaryDirectory() as tmp:
             cache, book = Path(tmp) / "cache", Path(tmp) / "book"
             cold, cold_nb = run_chapter(profile, cache, book)
             line = f"{profile:6s} cold cache: {cold:7.1f} s (notebook {cold_nb or float('nan'):.1f} s)"
+            row = {"profile": profile, "cold_s": cold, "cold_notebook_s": cold_nb}
             if not args.no_warm:
                 warm, _ = run_chapter(profile, cache, book)
+                row.update(warm_s=warm, cold_over_warm=cold / warm)
                 line += f"   warm cache: {warm:7.1f} s   cold/warm = {cold / warm:.2f}x"
             target = TARGET_S.get(profile)
             if target:
                 line += f"   target <= {target} s: {'ok' if cold <= target else 'over'}"
             print(line, flush=True)
+            rows.append(row | {"target_s": target})
+    record("bn_illusion", {"config": vars(args), "rows": rows}, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,17 @@ once per requested torch thread count.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from memlab import canaries, config
-from memlab.models import qwen_small as Q
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import record  # noqa: E402
+
+from memlab import canaries, config  # noqa: E402
+from memlab.models import qwen_small as Q  # noqa: E402
 
 
 def main() -> None:
@@ -31,6 +36,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=120, help="new tokens per prompt (no early end)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     args = ap.parse_args()
+    start = time.perf_counter()
 
     cfg = config.resolve("03_canary_audit", args.profile, model="small", drift_model="suppress")
     qcfg = Q.small_config(cfg.vocab_size, hidden=cfg.hidden, layers=cfg.layers, heads=max(2, cfg.hidden // 32),
@@ -44,6 +50,7 @@ def main() -> None:
 
     print(f"profile {args.profile}: hidden {cfg.hidden}, layers {cfg.layers}, vocab {cfg.vocab_size}; "
           f"{args.batch} prompts x {args.new} new tokens")
+    rows = []
     for threads in args.threads:
         torch.set_num_threads(threads)
         t0 = time.perf_counter()
@@ -58,6 +65,9 @@ def main() -> None:
         same = out[:, ids.shape[1]:].tolist() == ours
         print(f"threads {threads}: greedy_generate {t_ours:.2f} s, generate {t_hf:.2f} s, "
               f"ratio generate/ours {t_hf / t_ours:.2f}, identical tokens: {same}")
+        rows.append({"threads": threads, "greedy_generate_s": t_ours, "hf_generate_s": t_hf,
+                     "ratio_hf_over_ours": t_hf / t_ours, "identical_tokens": same})
+    record("canaries", {"config": vars(args), "rows": rows}, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 
-from memlab import config
-from memlab.data.synthetic import uniform_tokens
-from memlab.models import gpt2_small as g2
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import record  # noqa: E402
+
+from memlab import config  # noqa: E402
+from memlab.data.synthetic import uniform_tokens  # noqa: E402
+from memlab.models import gpt2_small as g2  # noqa: E402
 
 
 def matmul_flops_per_s(n: int, repeats: int, dev: torch.device) -> float:
@@ -82,6 +86,7 @@ def main() -> None:
     ap.add_argument("--matmul", type=int, default=1024)
     ap.add_argument("--results", nargs="*", default=[], help="more results JSON files (e.g. of other profiles)")
     args = ap.parse_args()
+    start = time.perf_counter()
 
     from memlab.experiments.capacity import convergence_model
 
@@ -101,6 +106,10 @@ def main() -> None:
     times = recorded_wall_times([root / "book" / "results" / "05_capacity.json"] + [Path(p) for p in args.results])
     for prof, t in times.items():
         print(f"chapter wall time at profile {prof}: {t:.0f} s")
+    record("capacity", {"config": vars(args) | {"model_resolved": size, "n_resolved": n},
+                        "matmul_flops_per_s": peak, "training_flops_per_s": rate, "params": params,
+                        "tokens": tokens, "training_s": wall, "ratio": rate / peak,
+                        "chapter_wall_s_by_profile": times}, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,16 @@ the first ``--loop-shuffles`` values of the vectorised run.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from memlab.sde import split_half_dependence, split_half_dependence_loop
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _record import record  # noqa: E402
+
+from memlab.sde import split_half_dependence, split_half_dependence_loop  # noqa: E402
 
 
 def timed(fn, *args, **kwargs):
@@ -37,6 +42,7 @@ def main() -> None:
     ap.add_argument("--loop-shuffles", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    start = time.perf_counter()
     if not 1 <= args.loop_shuffles <= args.shuffles:
         raise SystemExit("--loop-shuffles must be in [1, --shuffles]")
 
@@ -58,6 +64,10 @@ def main() -> None:
     # CPU time is the fair measure on a shared machine; wall time is shown as well.
     for what, ratio in (("CPU-time", cpu_slow / cpu_fast), ("wall-time", wall_slow / wall_fast)):
         print(f"{what} speed ratio = {ratio:.1f}x  (target >= 20x: {'ok' if ratio >= 20 else 'below'})")
+    record("sde", {"config": vars(args), "vectorised_wall_s": wall_fast, "vectorised_cpu_s": cpu_fast,
+                   "loop_wall_s": wall_slow, "loop_cpu_s": cpu_slow, "loop_scaled_by": scale,
+                   "cpu_time_ratio": cpu_slow / cpu_fast, "wall_time_ratio": wall_slow / wall_fast,
+                   "max_abs_diff": err, "target_ratio": 20}, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,22 @@ def test_masked_nll_matches_direct_log_softmax_and_is_batch_invariant():
     assert torch.allclose(dlm.masked_nll(m, ids, masks, batch_size=64)[masks], nll[masks], atol=1e-5)
 
 
+def test_selected_rows_match_the_full_forward_with_padding():
+    """Pruning the last block and the head to the selected rows changes nothing for those rows."""
+    torch.manual_seed(3)
+    m = dlm.MaskedDiffusionLM(dlm.DLMConfig(vocab_size=40, mask_id=39, block_size=12, n_layer=3,
+                                            n_head=2, n_embd=16)).eval()
+    ids = torch.randint(0, 39, (4, 12))
+    am = torch.ones(4, 12, dtype=torch.bool)
+    am[1, 8:] = False
+    sel = (torch.rand(4, 12) < 0.4) & am
+    sel[:, 0] = True
+    with torch.no_grad():
+        full, part = m(ids, am), m(ids, am, select=sel)
+    assert part.shape == (int(sel.sum()), 40)
+    assert torch.allclose(part, full[sel], atol=1e-5)
+
+
 def test_model_is_bidirectional_and_ignores_padding():
     m = _model()
     ids = torch.randint(0, 49, (1, 10))

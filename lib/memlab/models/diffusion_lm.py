@@ -64,13 +64,21 @@ class _Block(nn.Module):
                                  nn.Linear(4 * cfg.n_embd, cfg.n_embd))
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, attn_bias: torch.Tensor | None,
+                select: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, L, C) -> (B, L, C); with ``select`` (B, L) bool only the selected rows, (n_selected, C).
+
+        Every position still serves as a key and value; only the rows after the
+        attention (projection, MLP) are restricted to the selection.
+        """
         b, l, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (t.view(b, l, self.n_head, c // self.n_head).transpose(1, 2) for t in (q, k, v))
         # Bidirectional: no causal mask, only padded keys are hidden.
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias)
-        x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, l, c)))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias).transpose(1, 2)
+        if select is not None:
+            x, y = x[select], y[select]
+        x = x + self.drop(self.proj(y.reshape(x.shape)))
         return x + self.drop(self.mlp(self.ln2(x)))
 
 
@@ -116,10 +124,10 @@ class MaskedDiffusionLM(nn.Module):
         if attention_mask is not None:
             bias = torch.zeros(b, 1, 1, l, device=ids.device, dtype=x.dtype)
             bias = bias.masked_fill(~attention_mask.bool()[:, None, None, :], float("-inf"))
-        for blk in self.blocks:
-            x = blk(x, bias)
-        if select is not None:  # the vocabulary head is a large share of the cost: skip unused rows
-            x = x[select]
+        # Only the selected rows reach the output, so the last block's projection and
+        # MLP and the vocabulary head (a large share of the cost) skip the others.
+        for i, blk in enumerate(self.blocks):
+            x = blk(x, bias, select if i == len(self.blocks) - 1 else None)
         return self.head(self.ln_f(x)).float()
 
 

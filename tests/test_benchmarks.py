@@ -1,0 +1,47 @@
+"""The benchmark scripts run end to end at toy size and record what they measured.
+
+Speed ratios are not asserted here (timed tests flake on a shared machine);
+what is asserted is what must hold at any speed: the fast and the reference
+implementation agree, and the record names its configuration and provenance.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(script: str, tmp_path: Path, *args: str) -> dict:
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    name = script.removeprefix("bench_").removesuffix(".py")
+    return json.loads((tmp_path / f"{name}.json").read_text())
+
+
+def test_qskew_benchmark_batched_scores_equal_the_loop(tmp_path):
+    rec = _run("bench_qskew.py", tmp_path, "--n", "3", "--length", "12", "--n-embd", "16", "--vocab", "64",
+               "--rounds", "2", "--repeats", "1", "--threads", "1", "2")
+    m = rec["measurements"]
+    assert [r["threads"] for r in m["rows"]] == [1, 2]
+    assert m["scores_agree"] and all(r["max_abs_score_diff"] <= 1e-4 for r in m["rows"])
+    assert all(r["speedup"] > 0 and r["batched_tokens_per_s"] > 0 for r in m["rows"])
+    assert m["config"]["masked_tokens_per_pass"] == 2 * 3 * 2 * 12  # every position once per round, two models
+    assert rec["provenance"]["profile"] == "benchmark" and rec["provenance"]["torch"]
+
+
+def test_qskew_benchmark_rejects_bad_thread_count(tmp_path):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_qskew.py"), "--threads", "0"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--threads" in out.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_sde_benchmark_vectorised_equals_loop(tmp_path):
+    rec = _run("bench_sde.py", tmp_path, "--n", "60", "--dim", "8", "--shuffles", "6", "--loop-shuffles", "3")
+    m = rec["measurements"]
+    assert m["max_abs_diff"] <= 1e-8 and m["loop_scaled_by"] == 2
