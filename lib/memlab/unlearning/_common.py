@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from memlab.progress import progress
+
 
 def hparams(cfg: Mapping[str, Any] | None, defaults: Mapping[str, Any], method: str) -> dict[str, Any]:
     """Merge ``cfg`` into ``defaults``; raise ValueError on an unknown key or a negative number."""
@@ -75,3 +77,28 @@ def distill_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tempe
 
 def take(x: torch.Tensor, idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return x[idx].to(dev, non_blocking=True)
+
+
+def ce_steps(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: Iterator[torch.Tensor],
+             opt: torch.optim.Optimizer, steps: int, *, desc: str, ascent: bool = False,
+             on_step=None) -> nn.Module:
+    """``steps`` optimiser steps on the cross-entropy of (x[idx], y[idx]), idx drawn from ``batches``.
+
+    x: (N, C, H, W) images, y: (N,) labels; ``batches`` yields (B,) index
+    tensors. Minimises the loss, or maximises it with ``ascent`` (gradient
+    ascent). BN runs in train mode; ``net`` is updated in place and returned in
+    eval mode. ``on_step(step, net)``, if given, is called after every step (1-based).
+    """
+    dev = device_of(net)
+    set_bn_mode(net, "train")
+    for step in progress(range(1, steps + 1), desc=desc):
+        idx = next(batches)
+        loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
+        if ascent:
+            loss = -loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if on_step is not None:
+            on_step(step, net)
+    return net.eval()

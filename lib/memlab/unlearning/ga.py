@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning._common import ce_steps, fresh_copy, hparams, index_stream, sgd
 from memlab.unlearning.registry import register
 
 DEFAULTS = {
@@ -25,19 +23,9 @@ def gradient_ascent(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: 
 
     ``on_step(step, net)``, if given, is called after every step (1-based), e.g. to snapshot the model.
     """
-    dev = device_of(net)
-    opt = sgd(net, lr, momentum, weight_decay)
     batches = index_stream(len(x), batch_size, torch.Generator().manual_seed(seed))
-    set_bn_mode(net, "train")
-    for step in progress(range(1, steps + 1), desc=desc):
-        idx = next(batches)
-        loss = -F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if on_step is not None:
-            on_step(step, net)
-    return net.eval()
+    return ce_steps(net, x, y, batches, sgd(net, lr, momentum, weight_decay), steps, desc=desc, ascent=True,
+                    on_step=on_step)
 
 
 @register("GA", bn_mode="train")

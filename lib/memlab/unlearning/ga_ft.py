@@ -7,11 +7,9 @@ why this row shows no BN gap.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning._common import ce_steps, fresh_copy, hparams, index_stream, sgd
 from memlab.unlearning.ga import gradient_ascent
 from memlab.unlearning.registry import register
 
@@ -30,17 +28,8 @@ DEFAULTS = {
 def finetune(net: nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float, batch_size: int,
              momentum: float, weight_decay: float, seed: int, desc: str = "FT") -> nn.Module:
     """``steps`` SGD steps minimising CE on (x (N,C,H,W), y (N,)), BN in train mode, in place."""
-    dev = device_of(net)
-    opt = sgd(net, lr, momentum, weight_decay)
     batches = index_stream(len(x), batch_size, torch.Generator().manual_seed(seed))
-    set_bn_mode(net, "train")
-    for _ in progress(range(steps), desc=desc):
-        idx = next(batches)
-        loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return net.eval()
+    return ce_steps(net, x, y, batches, sgd(net, lr, momentum, weight_decay), steps, desc=desc)
 
 
 @register("GA+FT", bn_mode="train")

@@ -15,8 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning._common import ce_steps, device_of, fresh_copy, hparams, index_stream, sgd
 from memlab.unlearning.registry import register
 
 DEFAULTS = {
@@ -61,20 +60,11 @@ def _class_subset(y: torch.Tensor, per_class: int, g: torch.Generator) -> torch.
 
 
 def _sgd_epochs(net, x, y, *, epochs, lr, batch_size, g, desc):
-    dev = device_of(net)
     # Drop a trailing partial batch: with 2 CPU threads, torch 2.14 segfaulted in the backward
     # pass of a 5-image remainder batch at the smoke sizes (1 thread was fine).
     steps_per_epoch = max(1, len(x) // batch_size)
-    opt = sgd(net, lr)
-    steps = epochs * steps_per_epoch
     batches = (idx for idx in index_stream(len(x), batch_size, g) if len(idx) == min(batch_size, len(x)))
-    set_bn_mode(net, "train")
-    for _ in progress(range(steps), desc=desc):
-        idx = next(batches)
-        loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    ce_steps(net, x, y, batches, sgd(net, lr), epochs * steps_per_epoch, desc=desc)
 
 
 @register("NoiseInject", bn_mode="train")

@@ -31,21 +31,29 @@ def random_labels(n: int, num_classes: int, generator: torch.Generator) -> torch
     return torch.randint(0, num_classes, (n,), generator=generator)
 
 
-@register("RandLabel", bn_mode="train")
-def randlabel(model: nn.Module, splits, cfg=None) -> nn.Module:
-    """cfg keys: steps, lr, batch_size, retain_mix, momentum, weight_decay, seed (see DEFAULTS)."""
-    hp = hparams(cfg, DEFAULTS, "RandLabel")
+def check_retain_mix(hp: dict, method: str) -> None:
     if not 0.0 <= hp["retain_mix"] < 1.0:
-        raise ValueError(f"RandLabel: hyperparameter 'retain_mix' must be in [0, 1) (got {hp['retain_mix']!r})")
-    net = fresh_copy(model)
+        raise ValueError(f"{method}: hyperparameter 'retain_mix' must be in [0, 1) (got {hp['retain_mix']!r})")
+
+
+def relabel_finetune(net: nn.Module, splits, hp: dict, desc: str,
+                     grad_mask: dict[str, torch.Tensor] | None = None) -> nn.Module:
+    """Fine-tune ``net`` in place on randomly relabelled forget batches, mixed with retain batches.
+
+    hp: steps, lr, batch_size, retain_mix (fraction of each batch from the retain
+    set, true labels), momentum, weight_decay, seed. grad_mask: parameter name ->
+    {0, 1} tensor of the parameter's shape multiplied into its gradient before
+    every step (SalUn's saliency mask), or None. BN runs in train mode.
+    """
     dev = device_of(net)
     g = torch.Generator().manual_seed(hp["seed"])
     n_retain = int(round(hp["retain_mix"] * hp["batch_size"]))
     forget_batches = index_stream(len(splits.forget_x), hp["batch_size"] - n_retain, g)
     retain_batches = index_stream(len(splits.retain_x), max(n_retain, 1), g)
     opt = sgd(net, hp["lr"], hp["momentum"], hp["weight_decay"])
+    params = dict(net.named_parameters())
     set_bn_mode(net, "train")
-    for _ in progress(range(hp["steps"]), desc="RandLabel"):
+    for _ in progress(range(hp["steps"]), desc=desc):
         idx = next(forget_batches)
         xb = take(splits.forget_x, idx, dev)
         yb = random_labels(len(idx), splits.num_classes, g).to(dev)
@@ -56,5 +64,16 @@ def randlabel(model: nn.Module, splits, cfg=None) -> nn.Module:
         loss = F.cross_entropy(net(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        for n, m in (grad_mask or {}).items():
+            if params[n].grad is not None:
+                params[n].grad.mul_(m)
         opt.step()
     return net.eval()
+
+
+@register("RandLabel", bn_mode="train")
+def randlabel(model: nn.Module, splits, cfg=None) -> nn.Module:
+    """cfg keys: steps, lr, batch_size, retain_mix, momentum, weight_decay, seed (see DEFAULTS)."""
+    hp = hparams(cfg, DEFAULTS, "RandLabel")
+    check_retain_mix(hp, "RandLabel")
+    return relabel_finetune(fresh_copy(model), splits, hp, "RandLabel")

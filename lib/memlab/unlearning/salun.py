@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning._common import device_of, fresh_copy, hparams
+from memlab.unlearning.randlabel import check_retain_mix, relabel_finetune
 from memlab.unlearning.registry import register
 
 DEFAULTS = {
@@ -64,32 +64,7 @@ def saliency_mask(model: nn.Module, x: torch.Tensor, y: torch.Tensor, ratio: flo
 def salun(model: nn.Module, splits, cfg=None) -> nn.Module:
     """cfg keys: steps, lr, batch_size, mask_ratio, retain_mix, momentum, weight_decay, seed."""
     hp = hparams(cfg, DEFAULTS, "SalUn")
-    if not 0.0 <= hp["retain_mix"] < 1.0:
-        raise ValueError(f"SalUn: hyperparameter 'retain_mix' must be in [0, 1) (got {hp['retain_mix']!r})")
+    check_retain_mix(hp, "SalUn")
     net = fresh_copy(model)
-    dev = device_of(net)
     mask = saliency_mask(net, splits.forget_x, splits.forget_y, hp["mask_ratio"])
-    g = torch.Generator().manual_seed(hp["seed"])
-    n_retain = int(round(hp["retain_mix"] * hp["batch_size"]))
-    n_forget = hp["batch_size"] - n_retain
-    forget_batches = index_stream(len(splits.forget_x), n_forget, g)
-    retain_batches = index_stream(len(splits.retain_x), max(n_retain, 1), g)
-    opt = sgd(net, hp["lr"], hp["momentum"], hp["weight_decay"])
-    params = dict(net.named_parameters())
-    set_bn_mode(net, "train")
-    for _ in progress(range(hp["steps"]), desc="SalUn"):
-        idx = next(forget_batches)
-        xb = take(splits.forget_x, idx, dev)
-        yb = torch.randint(0, splits.num_classes, (len(idx),), generator=g).to(dev)
-        if n_retain:
-            ridx = next(retain_batches)
-            xb = torch.cat([xb, take(splits.retain_x, ridx, dev)])
-            yb = torch.cat([yb, take(splits.retain_y, ridx, dev)])
-        loss = F.cross_entropy(net(xb), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        for n, m in mask.items():
-            if params[n].grad is not None:
-                params[n].grad.mul_(m)
-        opt.step()
-    return net.eval()
+    return relabel_finetune(net, splits, hp, "SalUn", grad_mask=mask)
