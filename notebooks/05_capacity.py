@@ -404,114 +404,13 @@ display(Markdown(f"Spearman correlation over the {len(pos)} samples with positiv
 # %% [markdown]
 # ## Claims
 #
-# Each claim of the paper as a predicate over our numbers, fixed before the runs. At the `cpu`
+# Each claim of the paper as a predicate over our numbers, fixed before the runs (they live in
+# `memlab.experiments.capacity.claims()`, where they are unit-tested). At the `cpu`
 # profile the models are tiny (about $10^3$–$10^4$ parameters), the vocabulary small and the
 # step budget a few hundred to a thousand steps; claims about absolute capacity need the
 # `paper` profile's training length to be a fair test.
 
 # %%
-ALPHA = paper.number(CH, "alpha_mean")
-
-
-def _linear(m):
-    return m["alpha_r2"] >= 0.95, f"R² = {m['alpha_r2']:.3f} (paper > 0.99)"
-
-
-def _alpha(m):
-    return abs(m["alpha"] - ALPHA) <= 0.5, f"alpha = {m['alpha']:.2f} ({m['alpha_precision']}) vs {ALPHA} ± 0.5"
-
-
-def _plateau(m):
-    last = {}
-    for r in m["sweep"]:
-        if r["precision"] == m["alpha_precision"]:
-            last.setdefault(r["model"], []).append((r["n_samples"], r["mem_bits"], r["data_bits"]))
-    ok, ev = True, []
-    for model, pts in last.items():
-        pts.sort()
-        growth = pts[-1][1] / max(pts[-2][1], 1e-9) if len(pts) > 1 else float("nan")
-        # flat: memorisation grows < 10% over the last doubling-or-more of N, far below H(X)
-        flat = len(pts) > 1 and growth <= 1.1 and pts[-1][1] < 0.5 * pts[-1][2]
-        ok &= flat
-        ev.append(f"{model}: x{growth:.2f} from N={pts[-2][0]} to {pts[-1][0]} (H x{pts[-1][0] / pts[-2][0]:.1f}), "
-                  f"{pts[-1][1] / pts[-1][2]:.2f} of H(X)")
-    return ok, "; ".join(ev)
-
-
-def _precision(m):
-    r = m["alpha_fp32"] / m["alpha_bf16"]
-    return 1.0 < r <= 1.25, f"alpha fp32 / bf16 = {m['alpha_fp32']:.3f} / {m['alpha_bf16']:.3f} = {r:.3f} (paper 1.091)"
-
-
-def _a1(m):
-    e = m["a1_error_pct"]
-    return max(e.values()) <= 5.0, "mean error " + ", ".join(f"{k}: {v:.1f}%" for k, v in e.items()) + " (paper 1.7%, 1.8%)"
-
-
-def _double_descent(m):
-    on = m["double_descent_onset"]
-    ok = all(v is not None and 0.25 <= v <= 4.0 for v in on.values())
-    return ok, "test loss first rises at ratio " + ", ".join(f"{k}: {v if v is None else round(v, 2)}" for k, v in on.items())
-
-
-def _mia_falls(runs):
-    """Membership F1 at the smallest data set above F1 at the largest, for every model."""
-    by = {}
-    for r in runs:
-        by.setdefault(r["model"], []).append((r["n_samples"], r["membership_f1"]))
-    ok = all(sorted(v)[0][1] > sorted(v)[-1][1] for v in by.values())
-    return ok, "; ".join(f"{k}: F1 {sorted(v)[0][1]:.2f} -> {sorted(v)[-1][1]:.2f}" for k, v in by.items())
-
-
-def _mia(m):
-    return _mia_falls(m["sweep"])
-
-
-def _mia_text(m):
-    return _mia_falls(m["text"])
-
-
-def _extraction(m):
-    rows = {}
-    for r in m["text"]:
-        rows.setdefault(r["model"], []).append((r["n_samples"], r["extract_train"], r["extract_test"]))
-    ok, ev = True, []
-    for model, pts in rows.items():
-        pts.sort()
-        # extractable when small (train above test), down to the test rate when large
-        ok &= pts[0][1] > pts[0][2] and abs(pts[-1][1] - pts[-1][2]) <= 0.05
-        ev.append(f"{model}: train {pts[0][1]:.2f} vs test {pts[0][2]:.2f} at N = {pts[0][0]}; "
-                  f"{pts[-1][1]:.2f} vs {pts[-1][2]:.2f} at N = {pts[-1][0]}")
-    return ok, "; ".join(ev)
-
-
-def _tfidf(m):
-    rho = m["tfidf_spearman"]
-    return rho is not None and rho > 0 and m["tfidf_pvalue"] < 0.05, f"Spearman rho = {rho:.3f}, p = {m['tfidf_pvalue']:.3g}"
-
-
-def _table2(m):
-    return m["table2_max_abs_error"] <= 0.01, f"max |law - Table 2| = {m['table2_max_abs_error']:.4f}"
-
-
-CLAIMS = [
-    paper.Claim("linear", "Capacity is linear in parameter count", "Section 3.2, Figure 6", _linear),
-    paper.Claim("alpha", "GPT-style models store about 3.6 bits per parameter", "Section 3.2", _alpha),
-    paper.Claim("plateau", "Total memorisation plateaus at capacity as data grows", "Section 3.2, Figure 1", _plateau),
-    paper.Claim("precision", "fp32 stores slightly more than bf16 (3.83 vs 3.51 bits/param)", "Section 3.2", _precision),
-    paper.Claim("a1", "min(capacity, H(X)) predicts memorisation when S or V change (< 2% error)", "Appendix A.1", _a1),
-    paper.Claim("double_descent", "Double descent starts where data information reaches capacity", "Section 4, Figure 3",
-                _double_descent),
-    paper.Claim("mia_decreases", "Membership inference on uniform tokens gets harder as the data set grows",
-                "Section 5.1, Figure 14", _mia),
-    paper.Claim("mia_text", "Membership inference on text gets harder as the data set grows", "Section 5.1, Figure 9",
-                _mia_text),
-    paper.Claim("extraction", "Small training sets are extractable; with enough data, training extraction falls to "
-                "the test rate", "Section 4, Figure 17",
-                _extraction),
-    paper.Claim("tfidf", "Rare-token (high TF-IDF) sequences are memorised most", "Appendix A.3, Figure 16", _tfidf),
-    paper.Claim("table2", "The membership law gives Table 2's predicted F1 (0.55 / 0.75 / 0.95)", "Table 2", _table2),
-]
-verdicts = paper.evaluate(CLAIMS, run.metrics, cfg.profile)
+verdicts = paper.evaluate(ex.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 run.save(claims=verdicts)

@@ -110,3 +110,135 @@ def test_text_pipeline_on_wikitext():
     assert row["data_to_capacity"] == pytest.approx(ref["pool"][:8].sum() / (3.6 * row["params"]))
     tf = ex.tfidf_vs_memorization(corpus, pd.Series(row))
     assert len(tf) == 8
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def _good_metrics():
+    """Small hand-made metrics on which every claim of chapter 5 is reproduced."""
+    def uni(model, n, mem, data, f1):
+        return {"model": model, "precision": "bf16", "n_samples": n, "mem_bits": mem, "data_bits": data,
+                "membership_f1": f1}
+
+    def txt(model, n, f1, ext_train, ext_test):
+        return {"model": model, "n_samples": n, "membership_f1": f1, "extract_train": ext_train,
+                "extract_test": ext_test}
+
+    return {
+        "alpha_r2": 0.99, "alpha": 3.5, "alpha_precision": "bf16",
+        # memorisation flat (x1.05) over the two largest N and at most 0.25 of H(X); F1 falls with N
+        "sweep": [uni("1x8", 256, 200.0, 400.0, 1.0), uni("1x8", 512, 200.0, 800.0, 0.9),
+                  uni("1x8", 1024, 210.0, 1600.0, 0.7),
+                  uni("2x16", 256, 380.0, 400.0, 1.0), uni("2x16", 512, 390.0, 800.0, 0.95),
+                  uni("2x16", 1024, 400.0, 1600.0, 0.8)],
+        "alpha_fp32": 3.8, "alpha_bf16": 3.5,
+        "a1_error_pct": {"S": 1.5, "V": 4.0},
+        "double_descent_onset": {"1x16": 0.5, "1x32": 2.0},
+        "text": [txt("1x16", 1024, 0.55, 0.0, 0.0), txt("1x16", 32, 1.0, 0.6, 0.0),
+                 txt("1x32", 32, 0.98, 1.0, 0.1), txt("1x32", 1024, 0.6, 0.12, 0.1)],
+        "tfidf_spearman": 0.3, "tfidf_pvalue": 0.01,
+        "table2_max_abs_error": 0.0016,
+    }
+
+
+def _verdicts(metrics, profile="cpu"):
+    from memlab import paper
+
+    return {d["key"]: d["verdict"] for d in paper.evaluate(ex.claims(), metrics, profile)}
+
+
+def _evidence(metrics, key):
+    from memlab import paper
+
+    return {d["key"]: d["evidence"] for d in paper.evaluate(ex.claims(), metrics, "cpu")}[key]
+
+
+CLAIM_KEYS = ["linear", "alpha", "plateau", "precision", "a1", "double_descent", "mia_decreases", "mia_text",
+              "extraction", "tfidf", "table2"]
+
+
+def test_claims_keys_and_every_profile():
+    cs = ex.claims()
+    assert [c.key for c in cs] == CLAIM_KEYS
+    assert all(c.text and c.source for c in cs)
+    # every claim is judged at every profile (the smoke run exercises each predicate)
+    for profile in config.PROFILES:
+        assert _verdicts(_good_metrics(), profile) == {k: "reproduced" for k in CLAIM_KEYS}
+    assert all(tuple(c.profiles) == tuple(config.PROFILES) for c in cs)
+
+
+def test_claims_not_run_when_a_metric_is_missing():
+    m = _good_metrics()
+    del m["text"], m["tfidf_spearman"]
+    v = _verdicts(m)
+    assert v["mia_text"] == v["extraction"] == v["tfidf"] == "not run at this profile"
+    assert v["linear"] == v["mia_decreases"] == "reproduced"
+
+
+def _changed(**changes):
+    m = _good_metrics()
+    for k, f in changes.items():
+        m[k] = f(m[k])
+    return m
+
+
+def _set(rows, i, **kv):
+    return [dict(r, **kv) if j == i else r for j, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize("key, metrics", [
+    ("linear", _changed(alpha_r2=lambda _: 0.94)),
+    ("alpha", _changed(alpha=lambda _: 3.64 + 0.51)),          # paper alpha_mean 3.64, tolerance 0.5
+    ("alpha", _changed(alpha=lambda _: 1.36)),
+    # 1x8 grows x1.15 between its two largest N
+    ("plateau", _changed(sweep=lambda s: _set(s, 2, mem_bits=230.0))),
+    # 2x16 at 0.5 of H(X) at its largest N: not far below the data's entropy
+    ("plateau", _changed(sweep=lambda s: _set(s, 5, mem_bits=800.0, data_bits=1600.0))),
+    ("precision", _changed(alpha_fp32=lambda _: 3.4)),          # fp32 below bf16
+    ("precision", _changed(alpha_fp32=lambda _: 3.5 * 1.26)),   # more than 25% above
+    ("a1", _changed(a1_error_pct=lambda e: {**e, "V": 5.1})),
+    ("double_descent", _changed(double_descent_onset=lambda o: {**o, "1x32": None})),
+    ("double_descent", _changed(double_descent_onset=lambda o: {**o, "1x16": 0.2})),
+    ("double_descent", _changed(double_descent_onset=lambda o: {**o, "1x16": 4.5})),
+    # 2x16: F1 at N = 1024 as high as at N = 256
+    ("mia_decreases", _changed(sweep=lambda s: _set(s, 5, membership_f1=1.0))),
+    ("mia_text", _changed(text=lambda t: _set(t, 0, membership_f1=1.0))),
+    ("extraction", _changed(text=lambda t: _set(t, 1, extract_train=0.0))),   # not extractable when small
+    ("extraction", _changed(text=lambda t: _set(t, 3, extract_train=0.16))),  # 0.06 above test when large
+    ("tfidf", _changed(tfidf_spearman=lambda _: -0.2)),
+    ("tfidf", _changed(tfidf_pvalue=lambda _: 0.05)),
+    ("table2", _changed(table2_max_abs_error=lambda _: 0.011)),
+])
+def test_each_claim_fails_on_changed_metrics(key, metrics):
+    v = _verdicts(metrics)
+    assert v[key] == "not reproduced"
+    assert all(v[k] == "reproduced" for k in CLAIM_KEYS if k != key)  # the change touches only this claim
+
+
+def test_plateau_looks_only_at_alpha_precision():
+    m = _good_metrics()
+    # an fp32 run that doubles memorisation would break the plateau if it were counted
+    m["sweep"] = m["sweep"] + [dict(m["sweep"][2], precision="fp32", n_samples=2048, mem_bits=420.0)]
+    assert _verdicts(m)["plateau"] == "reproduced"
+    m["alpha_precision"] = "fp32"  # now only the lone fp32 run counts: no two N to compare
+    with pytest.raises(IndexError):
+        ex._plateau(m)
+
+
+def test_claim_evidence_strings():
+    m = _good_metrics()
+    assert _evidence(m, "linear") == "R² = 0.990 (paper > 0.99)"
+    assert _evidence(m, "alpha") == "alpha = 3.50 (bf16) vs 3.64 ± 0.5"
+    assert _evidence(m, "plateau") == ("1x8: x1.05 from N=512 to 1024 (H x2.0), 0.13 of H(X); "
+                                       "2x16: x1.03 from N=512 to 1024 (H x2.0), 0.25 of H(X)")
+    assert _evidence(m, "precision") == "alpha fp32 / bf16 = 3.800 / 3.500 = 1.086 (paper 1.091)"
+    assert _evidence(m, "a1") == "mean error S: 1.5%, V: 4.0% (paper 1.7%, 1.8%)"
+    assert _evidence(_changed(double_descent_onset=lambda o: {**o, "1x32": None}), "double_descent") == \
+        "test loss first rises at ratio 1x16: 0.5, 1x32: None"
+    assert _evidence(m, "mia_decreases") == "1x8: F1 1.00 -> 0.70; 2x16: F1 1.00 -> 0.80"
+    assert _evidence(m, "mia_text") == "1x16: F1 1.00 -> 0.55; 1x32: F1 0.98 -> 0.60"
+    assert _evidence(m, "extraction") == ("1x16: train 0.60 vs test 0.00 at N = 32; 0.00 vs 0.00 at N = 1024; "
+                                          "1x32: train 1.00 vs test 0.10 at N = 32; 0.12 vs 0.10 at N = 1024")
+    assert _evidence(m, "tfidf") == "Spearman rho = 0.300, p = 0.01"
+    assert _evidence(m, "table2") == "max |law - Table 2| = 0.0016"

@@ -124,3 +124,117 @@ def test_paper_profile_path_on_tiny_local_checkpoint(tmp_path, monkeypatch):
     assert set(ift["main"][0]) == set(cfg.scores)
     pii = qs.pii_experiment(setup)
     assert pii["n"] == 1 and set(pii["hits"]["CE"]) == {"email", "phone"}
+
+
+# --- paper claims (memlab.experiments.qskew.claims) on hand-made metrics -----------------------
+
+def _auc(**rows):
+    return {name: {"AUC": auc, "TPR@10%FPR": 0.0, "TPR@1%FPR": 0.0} for name, auc in rows.items()}
+
+
+def _paper_like():
+    """Metrics shaped like run.metrics on which every claim holds."""
+    return {
+        "domain": _auc(**{"Loss": 60.0, "Calibration": 65.0, "SAMA": 68.0, "Q-Skew": 80.0}),
+        "instruction": _auc(**{"Loss": 55.0, "Calibration": 70.0, "Q-Skew": 82.0}),
+        "delta_stats": {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.2}},
+        # run.metrics keys the asymmetry table by float ratio, deliberately out of order here
+        "asymmetry": {0.5: {"mean gain (nats)": 0.2, "gain per masked step": 0.1},
+                      0.25: {"mean gain (nats)": 0.3, "gain per masked step": 0.3},
+                      0.75: {"mean gain (nats)": 0.1, "gain per masked step": 0.03}},
+        "table4_base": _auc(**{"Golden reference": 80.0, "Other-variant reference": 76.0,
+                               "Para-modification reference": 78.0, "SAMA (w/ Ref)": 70.0}),
+        "table4_instruct": _auc(**{"Golden reference": 82.0, "Other-variant reference": 79.0,
+                                   "Para-modification reference": 81.0, "SAMA (w/ Ref)": 75.0}),
+        "ablation": _auc(**{"Q-Skew": 80.0, "w/o cyclic sampling": 77.0, "mean instead of skewness": 70.0,
+                            "w/o quantile weighting": 78.0}),
+        "pii": {"hits": {"CE": {"email": 3, "phone": 2}, "Q-Skew (PII mask)": {"email": 1, "phone": 0},
+                         "Q-Skew (context mask)": {"email": 0, "phone": 0}, "Combine-0.1": {"email": 4, "phone": 2}},
+                "targets_per_kind": 5},
+    }
+
+
+CLAIM_KEYS = ["dft-best", "ift-best", "gain10", "member-skew", "asymmetry", "per-step", "mismatch", "ablation",
+              "pii-combine", "pii-skew-alone"]
+
+
+def _verdicts(m, profile="cpu"):
+    from memlab import paper
+    return {d["key"]: d["verdict"] for d in paper.evaluate(qs.claims(), m, profile)}
+
+
+def _evidence(m):
+    from memlab import paper
+    return {d["key"]: d["evidence"] for d in paper.evaluate(qs.claims(), m, "cpu")}
+
+
+def test_claims_all_reproduced_on_paper_like_metrics():
+    assert _verdicts(_paper_like()) == {k: "reproduced" for k in CLAIM_KEYS}
+    ev = _evidence(_paper_like())
+    assert ev["dft-best"] == "Q-Skew AUC 80.0 vs best baseline SAMA 68.0"
+    assert ev["gain10"] == "Q-Skew minus best baseline AUC: +12.0, +12.0"
+    assert ev["asymmetry"] == "mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100"
+    assert ev["mismatch"] == ("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
+                              "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0")
+    assert ev["pii-combine"] == "top-1 hits CE phone 2/5, email 3/5; Combine-0.1 phone 2/5, email 4/5"
+    assert ev["pii-skew-alone"] == "Q-Skew (PII mask) 1 hits vs CE 5"
+
+
+def _set(path, value):
+    def edit(m):
+        d = m
+        for k in path[:-1]:
+            d = d[k]
+        d[path[-1]] = value
+    return edit
+
+
+# One change per claim that breaks exactly that claim (and, where they share numbers, its neighbours).
+BREAKS = {
+    "dft-best": (_set(("domain", "Calibration", "AUC"), 85.0), {"dft-best", "gain10"}),
+    "ift-best": (_set(("instruction", "Loss", "AUC"), 82.0), {"ift-best", "gain10"}),  # a tie is not a win
+    "gain10": (_set(("domain", "SAMA", "AUC"), 75.0), {"gain10"}),  # still best, gains +5 and +12: mean 8.5
+    "member-skew": (_set(("delta_stats", "non-members", "Q-Skew (pooled)"), 0.5), {"member-skew"}),
+    # above the non-members but left-skewed (the published cpu run: -0.098 vs -0.270)
+    "member-skew-negative": (_set(("delta_stats", "members", "Q-Skew (pooled)"), -0.01), {"member-skew"}),
+    "asymmetry": (_set(("asymmetry", 0.75, "mean gain (nats)"), 0.25), {"asymmetry"}),
+    "per-step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per-step"}),
+    "mismatch-drop": (_set(("table4_instruct", "Other-variant reference", "AUC"), 75.5), {"mismatch"}),
+    "mismatch-sama": (_set(("table4_base", "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
+    "ablation": (_set(("ablation", "mean instead of skewness", "AUC"), 80.5), {"ablation"}),
+    "pii-combine-kind": (_set(("pii", "hits", "Combine-0.1", "phone"), 1), {"pii-combine"}),
+    "pii-combine-total": (_set(("pii", "hits", "Combine-0.1", "email"), 3), {"pii-combine"}),
+    "pii-skew-alone": (_set(("pii", "hits", "Q-Skew (PII mask)", "email"), 5), {"pii-skew-alone"}),
+}
+
+
+@pytest.mark.parametrize("case", list(BREAKS))
+def test_each_claim_fails_on_contrary_metrics(case):
+    edit, broken = BREAKS[case]
+    m = _paper_like()
+    edit(m)
+    assert _verdicts(m) == {k: "not reproduced" if k in broken else "reproduced" for k in CLAIM_KEYS}
+
+
+def test_claims_read_ratio_keys_back_from_json():
+    import json
+    m = _paper_like()
+    back = json.loads(json.dumps(m))  # the results file: float ratio keys become strings
+    assert set(back["asymmetry"]) == {"0.25", "0.5", "0.75"}
+    assert _evidence(back) == _evidence(m) and _verdicts(back) == _verdicts(m)
+
+
+def test_claims_not_judged_at_smoke_or_without_metrics():
+    from memlab import paper
+    assert _verdicts(_paper_like(), "smoke") == {k: paper.NOT_RUN for k in CLAIM_KEYS}
+    assert _verdicts(_paper_like(), "paper") == {k: "reproduced" for k in CLAIM_KEYS}
+    m = _paper_like()
+    del m["pii"], m["ablation"]  # e.g. a run with a reduced score list
+    v = _verdicts(m)
+    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"pii-combine", "pii-skew-alone", "ablation"}
+    assert all(v[k] == "reproduced" for k in CLAIM_KEYS if k not in ("pii-combine", "pii-skew-alone", "ablation"))
+
+
+def test_best_baseline_skips_qskew():
+    m = {"domain": _auc(**{"Loss": 60.0, "Q-Skew": 99.0, "SecMI": 61.0})}
+    assert qs.best_baseline(m, "domain") == ("SecMI", 61.0)

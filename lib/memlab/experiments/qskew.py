@@ -705,3 +705,138 @@ def sweep_table(res: dict) -> pd.DataFrame:
     names = list(res["sweep"][epochs[0]][0])
     return pd.DataFrame({e: {mia.LABELS[n]: float(np.mean([run[n]["AUC"] for run in res["sweep"][e]]))
                              for n in names} for e in epochs})
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper claims as predicates over the notebook's metrics (``run.metrics``)
+# ---------------------------------------------------------------------------------------------
+
+# At `smoke` the models are toys, so the claims are only judged at `cpu` and `paper`.
+MEASURED = ("cpu", "paper")
+
+
+def best_baseline(m: dict, section: str) -> tuple[str, float]:
+    """Name and AUC of the best score other than Q-Skew in ``m[section]`` ("domain" or "instruction")."""
+    rows = {k: v["AUC"] for k, v in m[section].items() if k != "Q-Skew"}
+    name = max(rows, key=rows.get)
+    return name, rows[name]
+
+
+def _beats_all(m: dict, section: str) -> tuple[bool, str]:
+    """Checks that Q-Skew's AUC in ``m[section]`` is above every other score's."""
+    name, auc = best_baseline(m, section)
+    q = m[section]["Q-Skew"]["AUC"]
+    return q > auc, f"Q-Skew AUC {q:.1f} vs best baseline {name} {auc:.1f}"
+
+
+def _dft_best(m: dict) -> tuple[bool, str]:
+    """Checks that Q-Skew has the highest AUC under domain fine-tuning."""
+    return _beats_all(m, "domain")
+
+
+def _ift_best(m: dict) -> tuple[bool, str]:
+    """Checks that Q-Skew has the highest AUC under instruction fine-tuning."""
+    return _beats_all(m, "instruction")
+
+
+def _gain10(m: dict) -> tuple[bool, str]:
+    """Checks that Q-Skew's AUC minus the best baseline's, averaged over domain and instruction, exceeds 10."""
+    gains = []
+    for section in ("domain", "instruction"):
+        gains.append(m[section]["Q-Skew"]["AUC"] - best_baseline(m, section)[1])
+    return np.mean(gains) > 10, "Q-Skew minus best baseline AUC: " + ", ".join(f"{g:+.1f}" for g in gains)
+
+
+def _right_skew(m: dict) -> tuple[bool, str]:
+    """Checks that the members' pooled Q-Skew of Δ is positive and above the non-members'."""
+    d = m["delta_stats"]
+    mq, nq = d["members"]["Q-Skew (pooled)"], d["non-members"]["Q-Skew (pooled)"]
+    return mq > 0 and mq > nq, (
+        f"pooled Q-Skew members {d['members']['Q-Skew (pooled)']:.3f}, non-members {d['non-members']['Q-Skew (pooled)']:.3f}")
+
+
+def _falls_with_ratio(t: dict, column: str) -> tuple[bool, list[tuple[float, float]]]:
+    """Checks that ``column`` of the asymmetry table strictly falls as the mask ratio grows."""
+    # The ratios are float keys in run.metrics and strings once read back from the results JSON;
+    # sorting and formatting them as floats gives the same order and text either way.
+    rows = [(float(r), t[r][column]) for r in sorted(t, key=float)]
+    values = [v for _, v in rows]
+    return all(a > b for a, b in zip(values, values[1:])), rows
+
+
+def _asymmetry(m: dict) -> tuple[bool, str]:
+    """Checks that the total per-token gain after fine-tuning falls as the fixed mask ratio grows (Figure 1)."""
+    ok, rows = _falls_with_ratio(m["asymmetry"], "mean gain (nats)")
+    return ok, "mean gain by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows)
+
+
+def _per_step(m: dict) -> tuple[bool, str]:
+    """Checks that the gain per masked training step falls as the fixed mask ratio grows (Assumption 3.1)."""
+    ok, rows = _falls_with_ratio(m["asymmetry"], "gain per masked step")
+    return ok, "gain per masked step by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows)
+
+
+def _mismatched(m: dict) -> tuple[bool, str]:
+    """Checks that on both sides of Table 4 the worst mismatched reference loses at most 6 AUC points
+    against the golden one and stays above SAMA."""
+    parts, ok = [], True
+    for side in ("base", "instruct"):
+        t = m[f"table4_{side}"]
+        golden = t["Golden reference"]["AUC"]
+        worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
+        ok &= golden - worst <= 6 and worst > t["SAMA (w/ Ref)"]["AUC"]
+        parts.append(f"{side}: golden {golden:.1f}, worst mismatched {worst:.1f}, SAMA {t['SAMA (w/ Ref)']['AUC']:.1f}")
+    return ok, "; ".join(parts)
+
+
+def _ablation(m: dict) -> tuple[bool, str]:
+    """Checks that full Q-Skew has a higher AUC than every ablated variant (Table 5)."""
+    t = m["ablation"]
+    full = t["Q-Skew"]["AUC"]
+    others = {k: v["AUC"] for k, v in t.items() if k != "Q-Skew"}
+    return all(full > v for v in others.values()), f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items())
+
+
+def _pii_combine(m: dict) -> tuple[bool, str]:
+    """Checks that the combined CE + skewness ranking has at least CE's top-1 hits for phone and e-mail,
+    and more in total."""
+    h, n = m["pii"]["hits"], m["pii"]["targets_per_kind"]
+    comb = [k for k in h if k.startswith("Combine")][0]
+    ok = all(h[comb][kind] >= h["CE"][kind] for kind in ("phone", "email")) and sum(h[comb].values()) > sum(h["CE"].values())
+    return ok, (f"top-1 hits CE phone {h['CE']['phone']}/{n}, email {h['CE']['email']}/{n}; "
+                f"{comb} phone {h[comb]['phone']}/{n}, email {h[comb]['email']}/{n}")
+
+
+def _pii_skew_alone(m: dict) -> tuple[bool, str]:
+    """Checks that ranking by Q-Skew over the PII tokens alone gives fewer top-1 hits in total than CE."""
+    h = m["pii"]["hits"]
+    return sum(h["Q-Skew (PII mask)"].values()) < sum(h["CE"].values()), (
+        f"Q-Skew (PII mask) {sum(h['Q-Skew (PII mask)'].values())} hits vs CE {sum(h['CE'].values())}")
+
+
+def claims():
+    """The paper's claims as predicates over this chapter's metrics, judged at `cpu` and `paper`."""
+    from memlab.paper import Claim
+
+    return [
+        Claim("dft-best", "Q-Skew has the highest AUC under domain fine-tuning", "Table 1", _dft_best,
+              profiles=MEASURED),
+        Claim("ift-best", "Q-Skew has the highest AUC under instruction fine-tuning", "Table 2", _ift_best,
+              profiles=MEASURED),
+        Claim("gain10", "Q-Skew beats the best baseline by more than 10 AUC points on average", "Section 4", _gain10,
+              profiles=MEASURED),
+        Claim("member-skew", "Members' per-token differences are right-skewed, more than non-members'",
+              "Section 3 (Theorem 3.2)", _right_skew, profiles=MEASURED),
+        Claim("asymmetry", "After fine-tuning at a lower mask ratio, tokens have gained more (0.25 > 0.5 > 0.75)",
+              "Figure 1", _asymmetry, profiles=MEASURED),
+        Claim("per-step", "A masked token gains more per training step at a lower mask ratio", "Assumption 3.1",
+              _per_step, profiles=MEASURED),
+        Claim("mismatch", "With a mismatched reference Q-Skew loses at most a few AUC points and stays above SAMA",
+              "Table 4", _mismatched, profiles=MEASURED),
+        Claim("ablation", "Each component (cyclic sampling, skewness, quantile weighting) adds AUC", "Table 5",
+              _ablation, profiles=MEASURED),
+        Claim("pii-combine", "Combining CE with skewness (alpha = 0.1) recovers more PII than CE alone", "Table 6",
+              _pii_combine, profiles=MEASURED),
+        Claim("pii-skew-alone", "Skewness alone recovers less PII than CE", "Table 6", _pii_skew_alone,
+              profiles=MEASURED),
+    ]
