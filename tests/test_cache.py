@@ -43,6 +43,9 @@ def test_round_trip_loads_instead_of_training(tmp_path, monkeypatch):
     entry = tmp_path / cache.key("ch", "stage", {"lr": 0.1, "n": 2})
     meta = json.loads((entry / "meta.json").read_text())
     assert meta["stage"] == "stage" and meta["config"] == {"lr": 0.1, "n": 2}
+    # how it was made, outside the key: the thread count changes training's float sums
+    assert meta["torch_threads"] == torch.get_num_threads() and meta["torch"] == torch.__version__
+    assert meta["git_commit"]
 
 
 def test_key_changes_with_config_and_code_version():

@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from memlab.config import repo_root
-from memlab.results import to_jsonable
+from memlab.results import git_commit, to_jsonable
 
 
 def cache_dir() -> Path:
@@ -62,9 +62,12 @@ def entry_path(k: str) -> Path:
 
 def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) -> dict:
     """What an entry records about how it was produced (its meta.json)."""
+    # Not part of the key, but results depend on them: the thread count changes the order of
+    # floating-point sums in training, so an entry says how it was made.
     return {
         "chapter": chapter, "stage": stage, "config": to_jsonable(config), "code_version": code_version,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": kind,
+        "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
     }
 
 
