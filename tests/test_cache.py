@@ -1,5 +1,5 @@
 import json
-import os
+import warnings
 
 import pytest
 import torch
@@ -114,3 +114,18 @@ def test_tied_weights_round_trip(tmp_path, monkeypatch):
     cache.load_or_train("ch", "tied", {}, Tied, train)
     b = cache.load_or_train("ch", "tied", {}, Tied, lambda m: pytest.fail("should load"))
     assert b.out.weight is b.emb.weight and torch.all(b.emb.weight == 0.5)
+
+
+def test_entry_from_another_thread_count_warns_on_load(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))
+    entry = tmp_path / cache.key("ch", "stage", {"n": 1})
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["device"] == "cpu"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same thread count: silent
+        cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))
+    meta["torch_threads"] = torch.get_num_threads() + 1
+    (entry / "meta.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning, match=r"ch/stage entry .* trained with \d+ torch threads, this run uses"):
+        cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))

@@ -17,13 +17,14 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from memlab.config import repo_root
+from memlab.config import device, repo_root
 from memlab.results import git_commit, to_jsonable
 
 
@@ -67,8 +68,26 @@ def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) 
     return {
         "chapter": chapter, "stage": stage, "config": to_jsonable(config), "code_version": code_version,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": kind,
-        "git_commit": git_commit(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        "git_commit": git_commit(), "torch": torch.__version__, "device": device().type,
+        "torch_threads": torch.get_num_threads(),
     }
+
+
+def _warn_if_made_elsewhere(path: Path, chapter: str, stage: str) -> None:
+    """Warn when a CPU entry was trained with another torch thread count than this run uses.
+
+    Such an entry is valid, but a fresh training here would give slightly
+    different weights, so a cold and a warm run of the chapter would disagree.
+    """
+    try:
+        meta = json.loads((path / "meta.json").read_text())
+    except (OSError, ValueError):
+        return
+    made, now = meta.get("torch_threads"), torch.get_num_threads()
+    if meta.get("device") == "cpu" and device().type == "cpu" and made is not None and made != now:
+        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch threads, this "
+                      f"run uses {now}; its weights differ slightly from a fresh training here (--no-cache retrains)",
+                      stacklevel=3)
 
 
 def _write_entry(k: str, write: Callable[[Path], None], meta: dict) -> Path:
@@ -109,6 +128,7 @@ def load_or_train(
     model = build()
     path = entry_path(k)
     if enabled() and _complete(path):
+        _warn_if_made_elsewhere(path, chapter, stage)
         dev = next(iter(model.parameters()), torch.empty(0)).device
         load_model(model, path / "weights.safetensors", strict=True, device=str(dev))
         model.eval()
@@ -131,6 +151,7 @@ def load_or_compute(
     k = key(chapter, stage, config, code_version)
     path = entry_path(k)
     if enabled() and _complete(path):
+        _warn_if_made_elsewhere(path, chapter, stage)
         return load_file(path / "weights.safetensors")
     tensors = compute()
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
