@@ -385,3 +385,10 @@ run.record(misalignment={"before_mean": mis.groupby("method")["before"].mean().t
 verdicts = paper.evaluate(E.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 run.save(claims=verdicts)
+if cfg.n_seeds == 1:
+    # With one seed, a verdict that hinges on a few points of ΔF can follow that seed's noise.
+    display(Markdown(
+        f"Every Table 1 row here comes from **one seed** (seed {cfg.seed}). Verdicts that turn on a few points, "
+        f"such as which method flips most or the sign of a small residual, can change with the seed: re-run with "
+        f"`memlab run 01_bn_illusion -p seed {cfg.seed + 1}` (a different data subset and initialisation), or with "
+        f"`-p n_seeds 3` to average rows over seeds (about three times the Table 1 cost)."))
