@@ -3,7 +3,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from memlab import config
+from memlab import config, paper
 from memlab.config import ConfigError
 from memlab.experiments import capacity as ex
 
@@ -222,8 +222,9 @@ def test_plateau_looks_only_at_alpha_precision():
     m["sweep"] = m["sweep"] + [dict(m["sweep"][2], precision="fp32", n_samples=2048, mem_bits=420.0)]
     assert _verdicts(m)["plateau"] == "reproduced"
     m["alpha_precision"] = "fp32"  # now only the lone fp32 run counts: no two N to compare
-    with pytest.raises(IndexError):
-        ex._plateau(m)
+    v = {d["key"]: d for d in paper.evaluate(ex.claims(), m, "cpu")}
+    assert v["plateau"]["verdict"] == paper.NOT_RUN
+    assert v["plateau"]["evidence"] == "1x8: one data set size at fp32; a plateau needs at least two"
 
 
 def test_claim_evidence_strings():

@@ -238,3 +238,18 @@ def test_claims_not_judged_at_smoke_or_without_metrics():
 def test_best_baseline_skips_qskew():
     m = {"domain": _auc(**{"Loss": 60.0, "Q-Skew": 99.0, "SecMI": 61.0})}
     assert qs.best_baseline(m, "domain") == ("SecMI", 61.0)
+
+
+def test_claims_a_run_cannot_decide_are_not_judged():
+    """One fixed mask ratio has no trend, and Q-Skew alone has no baseline to beat: not run, with the reason."""
+    from memlab import paper
+
+    m = _paper_like()
+    m["asymmetry"] = {0.5: m["asymmetry"][0.5]}
+    m["domain"] = _auc(**{"Q-Skew": 80.0})
+    got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
+    for key in ("asymmetry", "per-step", "dft-best", "gain10"):
+        assert got[key]["verdict"] == paper.NOT_RUN, key
+    assert got["asymmetry"]["evidence"] == "one fixed mask ratio (0.5); a trend needs at least two"
+    assert got["dft-best"]["evidence"] == "domain: no baseline score was run to compare with"
+    assert got["ift-best"]["verdict"] == "reproduced"

@@ -110,3 +110,12 @@ def test_shipped_paper_numbers_all_name_their_source():
     for f in files:
         data = paper.load(f.stem)
         assert data.get("tables") or data.get("numbers"), f
+
+
+def test_a_check_that_cannot_decide_is_not_run_with_its_reason():
+    def undecided(m):
+        raise paper.NotJudged("needs two sizes")
+
+    claim = paper.Claim("k", "text", "Table 1", undecided)
+    (v,) = paper.evaluate([claim], {}, "cpu")
+    assert v["verdict"] == paper.NOT_RUN and v["evidence"] == "needs two sizes"

@@ -23,6 +23,14 @@ NOT_RUN = "not run at this profile"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_RUN)
 
 
+class NotJudged(Exception):
+    """Raised by a claim's check when this run's metrics cannot decide it.
+
+    For example a trend over data set sizes when the run used only one size.
+    :func:`evaluate` reports such a claim as not run, with the message as evidence.
+    """
+
+
 def papers_dir() -> Path:
     return repo_root() / "data" / "papers"
 
@@ -129,6 +137,8 @@ def evaluate(claims: Sequence[Claim], metrics: dict, profile: str) -> list[dict]
                 verdict = REPRODUCED if bool(holds) else NOT_REPRODUCED
             except KeyError as e:
                 verdict, evidence = NOT_RUN, f"metric {e} not produced at this profile"
+            except NotJudged as e:
+                verdict, evidence = NOT_RUN, str(e)
         out.append({"key": c.key, "claim": c.text, "source": c.source, "verdict": verdict, "evidence": evidence})
     return out
 

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from memlab import cache, mia
+from memlab import cache, mia, paper
 from memlab.config import ConfigError, Param, device, seed_everything
 from memlab.data import pii as pii_data
 from memlab.metrics import roc_metrics
@@ -718,6 +718,8 @@ MEASURED = ("cpu", "paper")
 def best_baseline(m: dict, section: str) -> tuple[str, float]:
     """Name and AUC of the best score other than Q-Skew in ``m[section]`` ("domain" or "instruction")."""
     rows = {k: v["AUC"] for k, v in m[section].items() if k != "Q-Skew"}
+    if not rows:
+        raise paper.NotJudged(f"{section}: no baseline score was run to compare with")
     name = max(rows, key=rows.get)
     return name, rows[name]
 
@@ -760,6 +762,8 @@ def _falls_with_ratio(t: dict, column: str) -> tuple[bool, list[tuple[float, flo
     # The ratios are float keys in run.metrics and strings once read back from the results JSON;
     # sorting and formatting them as floats gives the same order and text either way.
     rows = [(float(r), t[r][column]) for r in sorted(t, key=float)]
+    if len(rows) < 2:
+        raise paper.NotJudged(f"one fixed mask ratio ({', '.join(f'{r:g}' for r, _ in rows)}); a trend needs at least two")
     values = [v for _, v in rows]
     return all(a > b for a, b in zip(values, values[1:])), rows
 
