@@ -95,8 +95,14 @@ def load_raw(split: str, dataset: str = "cifar10", root=None, download: bool = F
 
 
 def normalise(images: np.ndarray, dataset: str = "cifar10") -> torch.Tensor:
-    """uint8 (N, 32, 32, 3) -> float32 (N, 3, 32, 32) normalised by the data set's channel mean/std."""
-    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float().div_(255.0)
+    """uint8 (N, 32, 32, 3) -> float32 (N, 3, 32, 32) normalised by the data set's channel mean/std.
+
+    The result is contiguous in NCHW order. Permuting the decoded NHWC array
+    alone would leave channels-last strides, and oneDNN's AVX2 convolution
+    backward corrupts the heap on channels-last inputs with few channels
+    (``benchmarks/repro_onednn_channels_last.py``).
+    """
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).contiguous().float().div_(255.0)
     mean = torch.tensor(MEAN[dataset]).view(1, 3, 1, 1)
     std = torch.tensor(STD[dataset]).view(1, 3, 1, 1)
     return (x - mean) / std

@@ -66,7 +66,10 @@ class ResNet18(nn.Module):
         self.fc = nn.Linear(c_in, num_classes)
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
+        # The weights are NCHW-contiguous, so the input is too: a channels-last input
+        # makes every activation channels-last, and oneDNN's AVX2 convolution backward
+        # corrupts the heap on those at small widths (benchmarks/repro_onednn_channels_last.py).
+        out = F.relu(self.bn1(self.conv1(x.contiguous())))
         out = self.layer4(self.layer3(self.layer2(self.layer1(out))))
         return torch.flatten(F.adaptive_avg_pool2d(out, 1), 1)
 
