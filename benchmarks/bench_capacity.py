@@ -88,7 +88,7 @@ def main() -> None:
     args = ap.parse_args()
     start = time.perf_counter()
 
-    from memlab.experiments.capacity import convergence_model
+    from memlab.experiments.ch05_capacity import convergence_model
 
     cfg = config.resolve("05_capacity", args.profile)
     size = args.model or convergence_model(cfg)

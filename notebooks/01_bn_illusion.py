@@ -57,8 +57,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from memlab import bn, config, paper, plotting, results
-from memlab.experiments import bn_illusion as E
-from memlab.experiments import bn_illusion_figures as figs
+from memlab.experiments import ch01_bn_illusion as ch
+from memlab.experiments import ch01_figures as figs
 
 warnings.filterwarnings("ignore", category=UserWarning)
 CH = "01_bn_illusion"
@@ -79,9 +79,9 @@ pd.options.display.float_format = "{:.1f}".format
 # narrow ResNet-18 on a class-balanced subset of CIFAR-10 so the chapter runs on a laptop.
 
 # %%
-data = E.load_data(cfg)
-orig = E.original_model(cfg, data, cfg.seed)
-orig_audit, _ = E.audit(orig, data, cfg.recal_batch)
+data = ch.load_data(cfg)
+orig = ch.original_model(cfg, data, cfg.seed)
+orig_audit, _ = ch.audit(orig, data, cfg.recal_batch)
 sizes = pd.DataFrame({
     "images": [len(data.splits.forget_x), len(data.splits.retain_x), len(data.test_forget_x), len(data.pool_x)],
 }, index=["forget (train)", "retain (train)", "forget-class test", "recovery pool (test, other classes)"])
@@ -132,7 +132,7 @@ display(Markdown(f"Weights unchanged: **{bn.weights_equal(orig, cal)}**; largest
 # incompetent-teacher-only variant, UNSIR-style noise injection {cite}`tarun2023unsir`, selective
 # synaptic dampening (SSD) {cite}`foster2024ssd`, and projected-gradient unlearning (PGU)
 # {cite}`hoang2024pgu` in the paper's cleaner-covariance reading. Each module in
-# `memlab/unlearning/` documents its hyperparameters. `memlab.experiments.bn_illusion.METHOD_HPARAMS`
+# `memlab/unlearning/` documents its hyperparameters. `memlab.experiments.ch01_bn_illusion.METHOD_HPARAMS`
 # holds them for every profile, and the `paper` profile uses the reference defaults.
 #
 # The *BN mode* column says how each method treats BatchNorm while it unlearns. `train`
@@ -140,11 +140,11 @@ display(Markdown(f"Weights unchanged: **{bn.weights_equal(orig, cal)}**; largest
 # fixed while the weights move (misalignment).
 
 # %%
-long, models = E.run_method_table(cfg, data)
-summary = E.summarise(long)
+long, models = ch.run_method_table(cfg, data)
+summary = ch.summarise(long)
 ours = summary.drop(index="Original")  # the rows the paper reports; Original stays as our reference row
 theirs = paper.table(CH, "table1")
-table1 = paper.side_by_side(summary, theirs, metrics=E.METRICS)
+table1 = paper.side_by_side(summary, theirs, metrics=ch.METRICS)
 display(Markdown(f"**Table 1** ({paper.source(CH, 'table1')}; paper: {theirs.attrs['caption']}). "
                  f"*ours*: profile `{cfg.profile}`, {cfg.n_seeds} seed(s)"
                  + (", mean over seeds (std in the second table)" if cfg.n_seeds > 1 else "") + "."))
@@ -159,9 +159,9 @@ run.record(table1=table1_metrics, bn_modes=summary["BN mode"].to_dict(),
 checked = [bn.weights_equal(m, c) for m, c in models.values()]
 run.record(recal_weights_unchanged=all(checked), recal_models_checked=len(checked))
 nine = ours.drop(index="Retrain", errors="ignore")
-big = nine.index[nine["ΔF"] >= E.GAP_PP].tolist()
+big = nine.index[nine["ΔF"] >= ch.GAP_PP].tolist()
 display(Markdown(
-    f"At this profile, **{len(big)} of {len(nine)}** methods show ΔF ≥ {E.GAP_PP} pp"
+    f"At this profile, **{len(big)} of {len(nine)}** methods show ΔF ≥ {ch.GAP_PP} pp"
     + (f" ({', '.join(big)})" if big else "") + f"; the paper reports {paper.number(CH, 'n_methods_large_gap')} of 9. "
     f"The largest gap here is {nine['ΔF'].max():+.1f} pp ({nine['ΔF'].idxmax()}); the paper's largest is "
     f"{paper.number(CH, 'badteacher_flip_pp'):+.1f} pp (BadTeacher). Gaps are bounded by the original model's "
@@ -183,7 +183,7 @@ display(Markdown(
 # need `dataset="cifar100"`, which is not run at this profile.
 
 # %%
-table2 = E.lp_decomposition(long)
+table2 = ch.lp_decomposition(long)
 t2_paper = paper.table(CH, "table2_cifar10" if cfg.dataset == "cifar10" else "table2_cifar100")
 display(Markdown(f"**Table 2** ({t2_paper.attrs['source']}). LP of Retrain: ours "
                  f"{table2.attrs['LP_retrain']:.1f}%, paper "
@@ -209,7 +209,7 @@ else:
 # other classes) gets most of the way to the full audit.
 
 # %%
-fig1a_df = E.figure1a_table(cfg, data, models, long)
+fig1a_df = ch.figure1a_table(cfg, data, models, long)
 plotting.publish(figs.fig1a(fig1a_df), "fig1a", CH)
 display(fig1a_df.style.format(precision=1))
 run.record(figure1a=fig1a_df.to_dict(orient="index"))
@@ -231,7 +231,7 @@ run.record(figure1a=fig1a_df.to_dict(orient="index"))
 # but destroys the objects.
 
 # %%
-sweep = E.budget_sweep(cfg, data, models)
+sweep = ch.budget_sweep(cfg, data, models)
 post_f = {m: table1_metrics[m]["Post-F"] for m in cfg.recovery_methods}
 plotting.publish(figs.fig1b(sweep, post_f), "fig1b", CH)
 piv = sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
@@ -262,9 +262,9 @@ run.record(figure1b=piv.reset_index().to_dict(orient="records"), recovery_b10_te
 
 # %%
 if cfg.gn_control:
-    gn_long = E.groupnorm_control(cfg, data)
-    gn = E.summarise(gn_long)
-    display(gn[E.METRICS].style.format(precision=1).format(precision=3, subset=["ReAUC"]))
+    gn_long = ch.groupnorm_control(cfg, data)
+    gn = ch.summarise(gn_long)
+    display(gn[ch.METRICS].style.format(precision=1).format(precision=3, subset=["ReAUC"]))
     run.record(gn_table={m: {k: float(v) for k, v in r.items() if k != "BN mode"} for m, r in gn.iterrows()})
 else:
     display(Markdown("GroupNorm control not run (`gn_control=False`)."))
@@ -279,7 +279,7 @@ else:
 
 # %%
 if cfg.vit_control:
-    vit = E.vit_control(cfg, data)
+    vit = ch.vit_control(cfg, data)
     display(vit.style.format(precision=1))
     run.record(vit_table=vit.drop(columns=["weights unchanged"]).to_dict(orient="index"))
 else:
@@ -294,7 +294,7 @@ else:
 # ten Table 1 rows. We compute the same tests over our rows.
 
 # %%
-corr = E.correlations(ours)
+corr = ch.correlations(ours)
 plotting.publish(figs.fig_scatter(ours), "correlations", CH)
 cp = paper.table(CH, "correlations")
 display(corr.style.format(precision=3, subset=["statistic"]).format("{:.2g}", subset=["p-value"]))
@@ -317,7 +317,7 @@ run.record(correlations=corr.to_dict(orient="records"))
 # row also has the lowest retain accuracy (57.2%). We snapshot one GA run at each step count.
 
 # %%
-app_h = E.ga_step_sweep(cfg, data, cfg.seed)
+app_h = ch.ga_step_sweep(cfg, data, cfg.seed)
 plotting.publish(figs.fig_sweep(app_h, "gradient-ascent steps"), "appendix_h", CH)
 display(app_h.style.format(precision=1))
 run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items()})
@@ -337,7 +337,7 @@ run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items
 # observed.
 
 # %%
-app_q = E.salun_mix_sweep(cfg, data, cfg.seed)
+app_q = ch.salun_mix_sweep(cfg, data, cfg.seed)
 plotting.publish(figs.fig_sweep(app_q, "retain share of each SalUn batch"), "appendix_q", CH)
 display(app_q.style.format(precision=1))
 run.record(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()})
@@ -359,7 +359,7 @@ run.record(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index"
 # (5000 against 45000 images).
 
 # %%
-mis = E.misalignment_profile(cfg, data, models)
+mis = ch.misalignment_profile(cfg, data, models)
 plotting.publish(figs.fig2(mis), "fig2", CH)
 by_method = mis.groupby("method", sort=False)[["before", "after"]].agg(["mean", "max"])
 display(by_method.style.format(precision=4))
@@ -382,7 +382,7 @@ run.record(misalignment={"before_mean": mis.groupby("method")["before"].mean().t
 # pattern), Tiny-ImageNet or ImageNet-100 are outside this chapter's runs.
 
 # %%
-verdicts = paper.evaluate(E.claims(), run.metrics, cfg.profile)
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 run.save(claims=verdicts)
 if cfg.n_seeds == 1:

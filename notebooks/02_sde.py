@@ -29,7 +29,7 @@
 # This chapter re-runs the paper's three tables — the controlled experiment with retrained
 # models, the comparison with distribution distances, and the evaluation of five unlearning
 # methods — plus its ablations, on CIFAR-10 with a ResNet-18 {cite}`he2016resnet`. The
-# statistic lives in `memlab.sde`, the orchestration in `memlab.experiments.sde`.
+# statistic lives in `memlab.sde`, the orchestration in `memlab.experiments.ch02_sde`.
 #
 # **The statistic.** For paired samples $x_i, y_i$ ($i = 1..n$) with Gaussian RBF Gram
 # matrices $K_{ij} = \exp(-\lVert x_i - x_j\rVert^2 / 2\sigma^2)$, $L$ likewise, and the
@@ -63,7 +63,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from memlab import config, paper, plotting, results
-from memlab.experiments import sde as ex
+from memlab.experiments import ch02_sde as ch
 
 cfg = config.resolve("02_sde", profile=profile, seed=seed, n_per_class=n_per_class, epochs=epochs, width=width,
                      feature=feature, n_shuffles=n_shuffles, n_targets=n_targets, methods=methods)
@@ -81,7 +81,7 @@ run.provenance_box()
 # scaled-down check of the method, not a replication of the paper's magnitudes. The tables below say which sizes were used.
 
 # %%
-data = ex.load_data(cfg)
+data = ch.load_data(cfg)
 sizes = dict(zip(cfg.holdout_fractions, cfg.subset_sizes))
 display(pd.DataFrame({
     "held-out samples": {f"R={r * 100:g}%": int(round(r * len(data.y_train))) for r in cfg.holdout_fractions},
@@ -99,13 +99,13 @@ display(pd.DataFrame({
 # data sets available offline here.
 
 # %%
-controlled = ex.controlled_experiment(cfg, data)
+controlled = ch.controlled_experiment(cfg, data)
 f1 = controlled["f1"]
 main_col = f"R={cfg.forget_fraction * 100:g}%"
 run.record(f1=f1.to_dict(orient="index"), main_column=main_col)
 
 ours1 = pd.concat([f1.loc[["SDE"]].rename(index={"SDE": "CIFAR-10"}),
-                   pd.DataFrame(np.nan, index=list(ex.NOT_RUN_DATASETS), columns=f1.columns)])
+                   pd.DataFrame(np.nan, index=list(ch.NOT_RUN_DATASETS), columns=f1.columns)])
 table1 = paper.side_by_side(ours1, paper.table("02_sde", "table1"))
 display(table1.round(2))
 display(Markdown("SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline copy of these data sets; "
@@ -142,8 +142,8 @@ display(f1.round(2).rename_axis("F1 at every setting"))
 # SDE judges out-of-training.
 
 # %%
-models = ex.unlearn_all(cfg, data)
-unlearning = ex.evaluate_unlearning(cfg, data, models)
+models = ch.unlearn_all(cfg, data)
+unlearning = ch.evaluate_unlearning(cfg, data, models)
 table3 = unlearning["table"]
 run.record(table3=table3.to_dict(orient="index"))
 display(paper.side_by_side(table3, paper.table("02_sde", "table3"),
@@ -159,7 +159,7 @@ display(table3[["Acc_test (%)"]].round(1).T)
 # compare the Acc_r columns before reading the OTR and ASR of that row.
 
 # %%
-fig = ex.plot_dependence(unlearning["dists"])
+fig = ch.plot_dependence(unlearning["dists"])
 _ = plotting.publish(fig, "dependence", "02_sde")
 
 # %% [markdown]
@@ -182,10 +182,10 @@ _ = plotting.publish(fig, "dependence", "02_sde")
 # %%
 r_max = max(cfg.holdout_fractions)
 model_rmax = controlled["models"][r_max][0]
-sweep = ex.size_sweep(cfg, data, model_rmax, r_max)
+sweep = ch.size_sweep(cfg, data, model_rmax, r_max)
 run.record(size_sweep={d: {int(k): v for k, v in sweep[d].items()} for d in sweep.columns})
 display(sweep.round(2))
-_ = plotting.publish(ex.plot_size_sweep(sweep), "size", "02_sde")
+_ = plotting.publish(ch.plot_size_sweep(sweep), "size", "02_sde")
 
 # %% [markdown]
 # ```{glue:figure} 02_sde-size
@@ -203,14 +203,14 @@ _ = plotting.publish(ex.plot_size_sweep(sweep), "size", "02_sde")
 # %%
 r_main = min(cfg.holdout_fractions, key=lambda r: abs(r - cfg.forget_fraction))
 final_main, early_main = controlled["models"][r_main]
-bandwidth = ex.bandwidth_ablation(cfg, data, final_main, r_main, sizes[r_main])
-depth = ex.depth_ablation(cfg, data, final_main, r_main, sizes[r_main])
-early_f1 = ex.early_check(cfg, data, early_main, r_main, sizes[r_main])
+bandwidth = ch.bandwidth_ablation(cfg, data, final_main, r_main, sizes[r_main])
+depth = ch.depth_ablation(cfg, data, final_main, r_main, sizes[r_main])
+early_f1 = ch.early_check(cfg, data, early_main, r_main, sizes[r_main])
 run.record(bandwidth={str(k): v for k, v in bandwidth.items()}, depth=depth.to_dict(), early_f1=early_f1,
-           early_epochs=ex.early_epoch(cfg))
+           early_epochs=ch.early_epoch(cfg))
 display(bandwidth.round(2).to_frame().T)
 display(depth.round(2).to_frame().T)
-display(Markdown(f"Early model (after {ex.early_epoch(cfg)} of {cfg.epochs} epochs): SDE F1 **{early_f1:.2f}**; "
+display(Markdown(f"Early model (after {ch.early_epoch(cfg)} of {cfg.epochs} epochs): SDE F1 **{early_f1:.2f}**; "
                  f"final model: **{f1.loc['SDE', main_col]:.2f}**."))
 
 # %% [markdown]
@@ -225,10 +225,10 @@ display(Markdown(f"Early model (after {ex.early_epoch(cfg)} of {cfg.epochs} epoc
 # %%
 from memlab import sde
 
-forget_idx, retain_idx = ex.holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
+forget_idx, retain_idx = ch.holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
 rng = np.random.default_rng(cfg.seed)
-s = ex.main_size(cfg)
-outs_train, outs_test = ex.all_outputs(models["Retrain"], data, cfg.feature)
+s = ch.main_size(cfg)
+outs_train, outs_test = ch.all_outputs(models["Retrain"], data, cfg.feature)
 verdict = sde.sde_test(outs_train[rng.choice(forget_idx, s, replace=False)],   # target subset
                        outs_train[rng.choice(retain_idx, s, replace=False)],   # in-training reference
                        outs_test[rng.choice(len(outs_test), s, replace=False)],  # out-of-training reference
@@ -245,6 +245,6 @@ display(Markdown(f"JSD to the out-of-training reference {verdict['jsd_out']:.3f}
 # At the `smoke` profile (toy sizes, one training epoch) the claims are not judged.
 
 # %%
-verdicts = paper.evaluate(ex.claims(), run.metrics, cfg.profile)
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 run.save(claims=verdicts)

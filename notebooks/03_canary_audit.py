@@ -40,7 +40,7 @@
 # Here the whole audit runs on a small Qwen2-architecture model that the chapter pre-trains
 # itself (the `paper` profile loads the DeepSeek distillates instead). Probes live in
 # `memlab.canaries`, data in `memlab.data.authors`, the pipeline in
-# `memlab.experiments.canary_audit`. Intervals are 95% percentile bootstraps over authors.
+# `memlab.experiments.ch03_canary_audit`. Intervals are 95% percentile bootstraps over authors.
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
@@ -61,7 +61,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from memlab import canaries, config, paper, plotting, results
-from memlab.experiments import canary_audit as ex
+from memlab.experiments import ch03_canary_audit as ch
 
 cfg = config.resolve("03_canary_audit", profile=profile, seed=seed, seeds=seeds, n_authors=n_authors,
                      unlearn_steps=unlearn_steps, templates=templates, model=model, drift_model=drift_model,
@@ -83,12 +83,12 @@ PAPER_K = [100, 400, 800, 1600]
 # author; NONE is an empty trace.
 
 # %%
-setup = ex.prepare(cfg)
+setup = ch.prepare(cfg)
 a0 = setup.authors[0]
 display(pd.DataFrame({
     "": ["biography", "canary", "probe question", "BIO trace", "META trace", "BIO prefill", "META prefill"],
-    "text": [a0.biography, a0.canary, ex.A.canary_question(setup.head_texts[0]), ex.A.trace(a0, "BIO"),
-             ex.A.trace(a0, "META"), ex.A.prefill(a0, "BIO"), ex.A.prefill(a0, "META")],
+    "text": [a0.biography, a0.canary, ch.A.canary_question(setup.head_texts[0]), ch.A.trace(a0, "BIO"),
+             ch.A.trace(a0, "META"), ch.A.prefill(a0, "BIO"), ch.A.prefill(a0, "META")],
 }).set_index(""))
 display(Markdown(
     f"Model: `{cfg.model}`" + (f" (Qwen2, {cfg.layers} layers, hidden {cfg.hidden}, BPE vocabulary {cfg.vocab_size}, "
@@ -117,11 +117,11 @@ if cfg.n_authors < 60 or cfg.model == "small":
 bio = {}
 for s in cfg.seeds:
     # the first seed also decodes with the closing tag banned, for the parser-convention section
-    bio[s] = ex.run_sweep(setup, cfg, "BIO", s, arms=ex.BIO_ARMS + (("drift",) if s == cfg.seeds[0] else ()))
+    bio[s] = ch.run_sweep(setup, cfg, "BIO", s, arms=ch.BIO_ARMS + (("drift",) if s == cfg.seeds[0] else ()))
 run.record(k_values=[0] + list(cfg.unlearn_steps),
-           ksweep={f"s{s}": ex.jsonable_summary(r["summary"]) for s, r in bio.items()})
-frame = ex.ksweep_frame({s: r["summary"] for s, r in bio.items()})
-K_AUDIT = ex.audit_k(bio[cfg.seeds[0]]["summary"])
+           ksweep={f"s{s}": ch.jsonable_summary(r["summary"]) for s, r in bio.items()})
+frame = ch.ksweep_frame({s: r["summary"] for s, r in bio.items()})
+K_AUDIT = ch.audit_k(bio[cfg.seeds[0]]["summary"])
 run.record(audit_k=K_AUDIT)
 
 
@@ -169,7 +169,7 @@ _ = plotting.publish(fig, "ksweep", CH)
 # still carries the canary (thk leak 0.83 at its largest K). Our scaled sweep can overshoot into
 # weights where every probe, trace included, is erased. The prefill and teacher-forced tables and
 # the claims therefore use the *audited K*: the largest K at which the first seed's thk leak is
-# still at least half its K = 0 value (the rule is `memlab.experiments.canary_audit.audit_k`; it
+# still at least half its K = 0 value (the rule is `memlab.experiments.ch03_canary_audit.audit_k`; it
 # looks only at the trace, never at the gap). The largest K is shown beside it. In the open: this
 # rule was added after a first `cpu` run in which the largest K (100) had erased every probe, so
 # that every claim about an "unlearned answer with an intact trace" was vacuously not reproduced
@@ -280,11 +280,11 @@ display(pd.DataFrame(examples, columns=["K", "author", "answer after </think>"])
 # still emitted most often).
 
 # %%
-drift = ex.drift_outputs(cfg, setup, bio[cfg.seeds[0]])
+drift = ch.drift_outputs(cfg, setup, bio[cfg.seeds[0]])
 canary_texts = [a.canary for a in setup.authors]
 flip_tables, flips = {}, {}
 for k, texts in sorted(drift["texts"].items()):
-    flip_tables[k], flips[k] = ex.parser_flip_table(texts, canary_texts, setup.fmt.think_close, cfg.n_boot)
+    flip_tables[k], flips[k] = ch.parser_flip_table(texts, canary_texts, setup.fmt.think_close, cfg.n_boot)
 k_flip = min((k for k in flips if k > 0), default=min(flips))
 natural_missing = {k: float(np.mean(r["auto"]["tag_missing"])) for k, r in runs0.items()}
 run.record(parser_flip={**flips[k_flip], "source": drift["source"], "K": k_flip},
@@ -307,8 +307,8 @@ display(pd.concat(flip_tables, names=["K", "convention"]).round(2))
 tmpl = {"BIO": bio[cfg.seeds[0]]}
 for t in cfg.templates:
     if t != "BIO":
-        tmpl[t] = ex.run_sweep(setup, cfg, t, cfg.seeds[0], arms=ex.OTHER_ARMS)
-run.record(templates={t: ex.jsonable_summary(r["summary"]) for t, r in tmpl.items()})
+        tmpl[t] = ch.run_sweep(setup, cfg, t, cfg.seeds[0], arms=ch.OTHER_ARMS)
+run.record(templates={t: ch.jsonable_summary(r["summary"]) for t, r in tmpl.items()})
 trows = {}
 for t, r in tmpl.items():
     for k in r["summary"]:
@@ -332,10 +332,10 @@ display(template_ours.round(2))
 # Plain gradient ascent on the answer span (no retain term), from the same BIO adapter.
 
 # %%
-ga = ex.run_sweep(setup, cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")) if cfg.run_ga else None
+ga = ch.run_sweep(setup, cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")) if cfg.run_ga else None
 if ga is not None:
-    run.record(ga=ex.jsonable_summary(ga["summary"]))
-    ga_frame = ex.ksweep_frame({cfg.seeds[0]: ga["summary"]}).set_index("K")
+    run.record(ga=ch.jsonable_summary(ga["summary"]))
+    ga_frame = ch.ksweep_frame({cfg.seeds[0]: ga["summary"]}).set_index("K")
     display(Markdown(f"**Table 3.7.** Gradient Ascent, BIO adapter, first seed. Paper (Appendix D): out acc and "
                      f"thk leak are 0.00 on canary and QA probes from K={paper.number(CH, 'ga_collapse_from_k')}."))
     display(ga_frame[["out_acc", "thk_leak", "gap", "qa_acc", "retain_acc"]].round(2))
@@ -360,7 +360,7 @@ ax.legend()
 _ = plotting.publish(fig, "retain", CH)
 r0 = frame[(frame.seed == cfg.seeds[0]) & (frame.K == 0)].retain_acc.item()
 rk = frame[(frame.seed == cfg.seeds[0]) & (frame.K == K_MAX)].retain_acc.item()
-names = ex.retain_examples_with_names(bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic)
+names = ch.retain_examples_with_names(bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic)
 run.record(retain={"acc_k0": r0, "acc_kmax": rk, "drop_pp": 100 * (r0 - rk), "fictional_examples": names})
 display(Markdown(f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of {100 * (r0 - rk):.0f} "
                  f"percentage points (paper, Qwen-7B at K=1600: {paper.number(CH, 'retain_drop_pp_k1600')})."
@@ -382,6 +382,6 @@ if names:
 # is `smoke`, whose untrained toy models only exercise the code.
 
 # %%
-verdicts = paper.evaluate(ex.claims(), run.metrics, cfg.profile)
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)

@@ -54,7 +54,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from memlab import config, mia, paper, plotting, results
-from memlab.experiments import qskew as qs
+from memlab.experiments import ch04_qskew as ch
 
 cfg = config.resolve("04_qskew", profile=profile, seed=seed, runs=runs, epochs=epochs, n_members=n_members,
                      n_nonmembers=n_nonmembers, rho=rho, rounds=rounds, h=h, scores=scores, backbone=backbone,
@@ -91,7 +91,7 @@ pd.set_option("display.precision", 1)
 # sequences and checks that the scores agree; `benchmarks/README.md` gives the measured speed-ups.
 
 # %%
-setup = qs.prepare(cfg)
+setup = ch.prepare(cfg)
 run.metrics["setup"] = setup.info
 display(pd.Series(setup.info, name="value").to_frame())
 
@@ -138,11 +138,11 @@ display(pd.DataFrame({"Q-Skew": {k: mia.qskew(v) for k, v in demo.items()},
 # ## Domain fine-tuning (Table 1)
 
 # %%
-dft = qs.domain_experiment(setup)
-ours_dft = qs.mean_table(dft["main"])
+dft = ch.domain_experiment(setup)
+ours_dft = ch.mean_table(dft["main"])
 run.metrics["domain"] = ours_dft.to_dict(orient="index")
 paper_dft = paper.table("04_qskew", "table1_wikitext")
-paper.side_by_side(ours_dft, paper_dft, qs.METRICS)
+paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
 
 # %% [markdown]
 # Paper: LLaDA-8B-Base fine-tuned on WikiText (Table 1; only the Q-Skew and SAMA entries are in our
@@ -154,7 +154,7 @@ paper.side_by_side(ours_dft, paper_dft, qs.METRICS)
 
 # %%
 if dft["examples"] is not None and dft["examples"]["qskew"] is not None:
-    plotting.publish(qs.plot_deltas(dft["examples"]), "deltas", "04_qskew")
+    plotting.publish(ch.plot_deltas(dft["examples"]), "deltas", "04_qskew")
     ex = dft["examples"]
     from scipy.stats import skew as _skew
     pooled = {lab: np.concatenate([d for d, y in zip(ex["deltas"], ex["labels"]) if y == lab]) for lab in (1, 0)}
@@ -185,10 +185,10 @@ if dft["examples"] is not None and dft["examples"]["qskew"] is not None:
 # ## Instruction fine-tuning (Table 2)
 
 # %%
-ift = qs.instruction_experiment(setup)
-ours_ift = qs.mean_table(ift["main"])
+ift = ch.instruction_experiment(setup)
+ours_ift = ch.mean_table(ift["main"])
 run.metrics["instruction"] = ours_ift.to_dict(orient="index")
-paper.side_by_side(ours_ift, paper.table("04_qskew", "table2_alpaca"), qs.METRICS)
+paper.side_by_side(ours_ift, paper.table("04_qskew", "table2_alpaca"), ch.METRICS)
 
 # %% [markdown]
 # Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (Table 2, the general-purpose instruction set
@@ -202,8 +202,8 @@ display(paper.table("04_qskew", "table3_dream"))
 # ## Attack strength against fine-tuning epochs (Figure 2)
 
 # %%
-plotting.publish(qs.plot_sweep(dft), "epochs", "04_qskew")
-sweep = qs.sweep_table(dft)
+plotting.publish(ch.plot_sweep(dft), "epochs", "04_qskew")
+sweep = ch.sweep_table(dft)
 run.metrics["epochs_sweep_auc"] = {str(e): sweep[e].to_dict() for e in sweep.columns}
 sweep
 
@@ -229,15 +229,15 @@ if dft["ref_instruct"]:
     for side, golden, other, para, sama, key in (
             ("base (domain)", dft["main"], dft["ref_instruct"], dft["ref_para"], dft["main"], "table4_base"),
             ("instruct (instruction)", ift["main"], ift["ref_base"], ift["ref_para"], ift["main"], "table4_instruct")):
-        ours = pd.concat([qs.mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
-                          qs.mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
-                          qs.mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
+        ours = pd.concat([ch.mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
+                          ch.mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
+                          ch.mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
         if "sama" in cfg.scores:
-            ours = pd.concat([ours, qs.mean_table(sama, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
+            ours = pd.concat([ours, ch.mean_table(sama, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
         t4[side] = ours
         run.metrics[f"table4_{side.split()[0]}"] = ours.to_dict(orient="index")
         display(Markdown(f"**{side}** (paper: {paper.source('04_qskew', key)})"))
-        display(paper.side_by_side(ours, paper.table("04_qskew", key), qs.METRICS))
+        display(paper.side_by_side(ours, paper.table("04_qskew", key), ch.METRICS))
 
 # %% [markdown]
 # ## Ablation (Table 5)
@@ -248,9 +248,9 @@ if dft["ref_instruct"]:
 
 # %%
 if dft["ablation"]:
-    ours_abl = qs.mean_table(dft["ablation"])
+    ours_abl = ch.mean_table(dft["ablation"])
     run.metrics["ablation"] = ours_abl.to_dict(orient="index")
-    display(paper.side_by_side(ours_abl, paper.table("04_qskew", "table5"), qs.METRICS))
+    display(paper.side_by_side(ours_abl, paper.table("04_qskew", "table5"), ch.METRICS))
 
 # %% [markdown]
 # ## Token-level asymmetry (Figure 1)
@@ -263,8 +263,8 @@ if dft["ablation"]:
 # (total divided by ratio times epochs, since a higher ratio trains each token more often).
 
 # %%
-asym = qs.asymmetry_experiment(setup)
-plotting.publish(qs.plot_asymmetry(asym), "asymmetry", "04_qskew")
+asym = ch.asymmetry_experiment(setup)
+plotting.publish(ch.plot_asymmetry(asym), "asymmetry", "04_qskew")
 run.metrics["asymmetry"] = asym["table"].to_dict(orient="index")
 asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
@@ -289,7 +289,7 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 # the top candidate equals the true string; the last row shows how often it was among the candidates.
 
 # %%
-pii = qs.pii_experiment(setup)
+pii = ch.pii_experiment(setup)
 run.metrics["pii"] = {"hits": pii["hits"], "oracle": pii["oracle"], "targets_per_kind": pii["n"]}
 ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
 display(paper.side_by_side(ours_pii, paper.table("04_qskew", "table6")))
@@ -303,18 +303,18 @@ display(pii["memorisation"].round(2))
 # ## Claims
 
 # %%
-# The claim predicates live in the library (`memlab.experiments.qskew.claims`) so they are unit-tested.
-verdicts = paper.evaluate(qs.claims(), run.metrics, cfg.profile)
+# The claim predicates live in the library (`memlab.experiments.ch04_qskew.claims`) so they are unit-tested.
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
 if cfg.profile == "smoke":  # still run every predicate, so the smoke test catches a broken one
-    paper.evaluate(qs.claims(), run.metrics, "cpu")
+    paper.evaluate(ch.claims(), run.metrics, "cpu")
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 
 # %%
 tally = paper.tally(verdicts)
 if "qskew" in cfg.scores and len(cfg.scores) > 1:
-    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], qs.best_baseline(run.metrics, "domain")
-    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], qs.best_baseline(run.metrics, "instruction")
+    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], ch.best_baseline(run.metrics, "domain")
+    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], ch.best_baseline(run.metrics, "instruction")
     display(Markdown(
         f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC of {q_d:.1f}% after domain "
         f"fine-tuning (best baseline: {b_d}, {a_d:.1f}%) and {q_i:.1f}% after instruction fine-tuning (best "

@@ -34,7 +34,7 @@
 # This chapter trains GPT-2-architecture models {cite}`radford2019gpt2` (built from
 # `transformers` configs) on uniform tokens and on WikiText-2 {cite}`merity2016wikitext`, and
 # puts the paper's numbers beside ours. The measurements live in `memlab.capacity`, the models
-# in `memlab.models.gpt2_small`, the orchestration in `memlab.experiments.capacity`.
+# in `memlab.models.gpt2_small`, the orchestration in `memlab.experiments.ch05_capacity`.
 #
 # **Conventions.** Every model sees a BOS token first, so all $S$ tokens are predicted and coded
 # (none is dropped). Per-sample memorisation is clipped at zero, following the joint code
@@ -65,7 +65,7 @@ from scipy.stats import spearmanr
 
 from memlab import capacity as cap
 from memlab import config, paper, plotting, results
-from memlab.experiments import capacity as ex
+from memlab.experiments import ch05_capacity as ch
 
 CH = "05_capacity"
 
@@ -98,8 +98,8 @@ display(Markdown(
 # can hold.
 
 # %%
-sweep = ex.capacity_sweep(cfg)
-caps = ex.capacities(sweep)
+sweep = ch.capacity_sweep(cfg)
+caps = ch.capacities(sweep)
 display(sweep.drop(columns=["history", "precision", "S", "V"]).round(3)
         .rename(columns={"mem_bits": "memorised bits", "data_bits": "H(X) bits"}))
 
@@ -129,7 +129,7 @@ run.record(sweep=sweep.drop(columns=["history"]).to_dict(orient="records"))
 # of a least-squares line through the origin of capacity against parameter count.
 
 # %%
-fit = ex.alpha_fit(caps)
+fit = ch.alpha_fit(caps)
 display(caps.round(3))
 alpha_ours = pd.DataFrame({"alpha": {cfg.precision: fit["alpha"]}})
 display(paper.side_by_side(alpha_ours, paper.table(CH, "alpha")).round(3))
@@ -168,7 +168,7 @@ plotting.publish(fig, "fig6", CH)
 # model lands in $3.56$–$3.65\times10^6$ bits for all data sets from 16K to 4M samples.
 
 # %%
-conv = ex.convergence_model(cfg)
+conv = ch.convergence_model(cfg)
 fig, ax = plotting.figure("single")
 for r in sweep[sweep["model"] == conv].itertuples():
     ax.plot(r.history["step"], r.history["value"], label=f"N = {r.n_samples} ({r.stopped})")
@@ -198,10 +198,10 @@ run.record(convergence_model=conv, convergence_last_gain=dict(zip(last["n_sample
 # %%
 other = "bf16" if cfg.precision == "fp32" else "fp32"
 sizes_p = list(cfg.precision_dataset_sizes)
-prec_sweep = pd.concat([ex.capacity_sweep(cfg, precision=cfg.precision, dataset_sizes=sizes_p),
-                        ex.capacity_sweep(cfg, precision=other, dataset_sizes=sizes_p)])
-prec_caps = {p: ex.capacities(g) for p, g in prec_sweep.groupby("precision")}
-alphas = {p: ex.alpha_fit(c)["alpha"] for p, c in prec_caps.items()}
+prec_sweep = pd.concat([ch.capacity_sweep(cfg, precision=cfg.precision, dataset_sizes=sizes_p),
+                        ch.capacity_sweep(cfg, precision=other, dataset_sizes=sizes_p)])
+prec_caps = {p: ch.capacities(g) for p, g in prec_sweep.groupby("precision")}
+alphas = {p: ch.alpha_fit(c)["alpha"] for p, c in prec_caps.items()}
 display(pd.concat({p: c[["params", "capacity_bits", "bits_per_param"]] for p, c in prec_caps.items()}, axis=1).round(3))
 display(paper.side_by_side(pd.DataFrame({"alpha": alphas}), paper.table(CH, "alpha")).round(3))
 run.record(alpha_fp32=alphas["fp32"], alpha_bf16=alphas["bf16"])
@@ -215,7 +215,7 @@ run.record(alpha_fp32=alphas["fp32"], alpha_bf16=alphas["bf16"])
 # (its embeddings grow with $V$ and $S$). The paper's mean errors: 1.7 % ($S$) and 1.8 % ($V$).
 
 # %%
-a1 = ex.a1_sweep(cfg, fit["alpha"])
+a1 = ch.a1_sweep(cfg, fit["alpha"])
 display(a1.round(2))
 a1_err = a1.groupby("varied")["error_pct"].mean()
 display(pd.DataFrame({"mean error % (ours)": a1_err,
@@ -252,14 +252,14 @@ plotting.publish(fig, "fig11", CH)
 # of the training set, $H(X\mid\theta)$, over $\alpha|\hat\theta|$ with our measured $\alpha$.
 
 # %%
-corpus = ex.text_corpus(cfg)
-ref = ex.reference_code_lengths(cfg, corpus)
-text = ex.text_sweep(cfg, corpus, ref, fit["alpha"])
+corpus = ch.text_corpus(cfg)
+ref = ch.reference_code_lengths(cfg, corpus)
+text = ch.text_sweep(cfg, corpus, ref, fit["alpha"])
 display(Markdown(f"{corpus['n_distinct']:,} distinct {cfg.text_seq_len}-token sequences, BPE vocabulary "
                  f"{corpus['vocab_size']}; reference model {cfg.reference_model} ({ref['params']:,} params), "
                  f"test-set loss {ref['test'].mean() / cfg.text_seq_len:.3f} bits/token."))
 display(text.drop(columns=["per_sample_unintended"]).round(4))
-onsets = ex.double_descent_onsets(text)
+onsets = ch.double_descent_onsets(text)
 run.record(text=text.drop(columns=["per_sample_unintended"]).to_dict(orient="records"),
            double_descent_onset=onsets, reference_params=ref["params"])
 
@@ -308,12 +308,12 @@ display(Markdown("Where the test loss first rises along the ratio (None: it neve
 # reproduces exactly.
 
 # %%
-t2 = ex.table2_law()
+t2 = ch.table2_law()
 display(t2)
 t2_err = float((t2["law F1 at paper |D| (ours)"] - t2["predicted F1 (paper)"]).abs().max())
 run.record(table2_max_abs_error=t2_err, table2_law_f1=t2["law F1 at paper |D| (ours)"].tolist())
 
-fits = {"uniform tokens": ex.law_fit(sweep), "text": ex.law_fit(text)}
+fits = {"uniform tokens": ch.law_fit(sweep), "text": ch.law_fit(text)}
 display(pd.DataFrame(fits).T.rename_axis("our fit of the law"))
 display(pd.DataFrame({"paper (Section 5.2.1)": {"c1": 1.34, "c2": -0.034, "c3": -33.14}}))
 run.record(law_fit=fits)
@@ -382,8 +382,8 @@ plotting.publish(fig, "fig_extraction", CH)
 # non-English text, are memorised most).
 
 # %%
-big = ex.tfidf_run(text, cfg.text_model_sizes[-1])
-tf = ex.tfidf_vs_memorization(corpus, big)
+big = ch.tfidf_run(text, cfg.text_model_sizes[-1])
+tf = ch.tfidf_vs_memorization(corpus, big)
 pos = tf[tf["unintended_bits"] > 0]
 rho, pval = spearmanr(pos["tfidf"], pos["unintended_bits"]) if len(pos) > 2 else (float("nan"), float("nan"))
 run.record(tfidf_spearman=rho, tfidf_pvalue=pval, tfidf_positive_samples=len(pos), tfidf_n_samples=int(big["n_samples"]))
@@ -405,12 +405,12 @@ display(Markdown(f"Spearman correlation over the {len(pos)} samples with positiv
 # ## Claims
 #
 # Each claim of the paper as a predicate over our numbers, fixed before the runs (they live in
-# `memlab.experiments.capacity.claims()`, where they are unit-tested). At the `cpu`
+# `memlab.experiments.ch05_capacity.claims()`, where they are unit-tested). At the `cpu`
 # profile the models are tiny (about $10^3$–$10^4$ parameters), the vocabulary small and the
 # step budget a few hundred to a thousand steps; claims about absolute capacity need the
 # `paper` profile's training length to be a fair test.
 
 # %%
-verdicts = paper.evaluate(ex.claims(), run.metrics, cfg.profile)
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
 display(paper.claims_table(verdicts))
 run.save(claims=verdicts)

@@ -8,7 +8,7 @@ from scipy import stats
 from memlab import config
 from memlab.config import ConfigError
 from memlab.data import vision
-from memlab.experiments import bn_illusion as E
+from memlab.experiments import ch01_bn_illusion as E
 
 CH = "01_bn_illusion"
 

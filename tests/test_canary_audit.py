@@ -10,7 +10,7 @@ import torch
 from memlab import config
 from memlab.config import ConfigError
 from memlab.data import authors as A
-from memlab.experiments import canary_audit as E
+from memlab.experiments import ch03_canary_audit as E
 
 CH = "03_canary_audit"
 

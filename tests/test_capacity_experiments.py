@@ -1,11 +1,11 @@
-"""Tests of chapter 5's orchestration (memlab.experiments.capacity) and its parameter checks."""
+"""Tests of chapter 5's orchestration (memlab.experiments.ch05_capacity) and its parameter checks."""
 import numpy as np
 import pandas as pd
 import pytest
 
 from memlab import config, paper
 from memlab.config import ConfigError
-from memlab.experiments import capacity as ex
+from memlab.experiments import ch05_capacity as ex
 
 from conftest import require_data
 

@@ -10,7 +10,7 @@ import torch
 from memlab import config
 from memlab.config import ConfigError
 from memlab.data import pii as pii_data
-from memlab.experiments import qskew as qs
+from memlab.experiments import ch04_qskew as qs
 
 DATA = Path(os.environ.get("MEMLAB_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
 
@@ -126,7 +126,7 @@ def test_paper_profile_path_on_tiny_local_checkpoint(tmp_path, monkeypatch):
     assert pii["n"] == 1 and set(pii["hits"]["CE"]) == {"email", "phone"}
 
 
-# --- paper claims (memlab.experiments.qskew.claims) on hand-made metrics -----------------------
+# --- paper claims (memlab.experiments.ch04_qskew.claims) on hand-made metrics -----------------------
 
 def _auc(**rows):
     return {name: {"AUC": auc, "TPR@10%FPR": 0.0, "TPR@1%FPR": 0.0} for name, auc in rows.items()}

@@ -1,4 +1,4 @@
-"""Tests of chapter 2's orchestration (memlab.experiments.sde) and its unlearning methods."""
+"""Tests of chapter 2's orchestration (memlab.experiments.ch02_sde) and its unlearning methods."""
 import numpy as np
 import pytest
 import torch
@@ -7,7 +7,7 @@ from torch import nn
 
 from memlab import config
 from memlab.config import ConfigError
-from memlab.experiments import sde as ex
+from memlab.experiments import ch02_sde as ex
 from memlab.unlearning import registry
 from memlab.unlearning.sparsity import l1_coefficient, l1_norm
 from memlab.unlearning.unroll import accumulate_forget_gradient, forget_gradient

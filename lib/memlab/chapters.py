@@ -20,14 +20,14 @@ CHAPTERS: dict[str, Chapter] = {
     c.id: c
     for c in (
         Chapter("01_bn_illusion", "The BatchNorm illusion in unlearning evaluation",
-                "memlab.experiments.bn_illusion", "bn-illusion-unlearning.txt"),
+                "memlab.experiments.ch01_bn_illusion", "bn-illusion-unlearning.txt"),
         Chapter("02_sde", "Split-half dependence evaluation of unlearning",
-                "memlab.experiments.sde", "sde-hsic-unlearning-evaluation.txt"),
+                "memlab.experiments.ch02_sde", "sde-hsic-unlearning-evaluation.txt"),
         Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
-                "memlab.experiments.canary_audit", "reasoning-trace-canary-audit.txt"),
+                "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt"),
         Chapter("04_qskew", "Q-Skew membership inference on diffusion language models",
-                "memlab.experiments.qskew", "qskew-diffusion-lm-membership.txt"),
+                "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt"),
         Chapter("05_capacity", "How much do language models memorize?",
-                "memlab.experiments.capacity", "lm-memorization-capacity.txt"),
+                "memlab.experiments.ch05_capacity", "lm-memorization-capacity.txt"),
     )
 }
