@@ -9,7 +9,7 @@ from memlab.data import splits, text, vision
 from conftest import require_data
 
 
-def _image_folder(root, n_per_class=3, classes=("a_cls", "b_cls")):
+def _image_folder(root, n_per_class=1, classes=vision.CIFAR10_CLASSES):
     rng = np.random.default_rng(0)
     for c in classes:
         (root / "train" / c).mkdir(parents=True)
@@ -19,10 +19,10 @@ def _image_folder(root, n_per_class=3, classes=("a_cls", "b_cls")):
 
 
 def test_image_folder_loader_decodes_once_and_normalises(tmp_path, monkeypatch):
-    root = _image_folder(tmp_path / "imgs")
+    root = _image_folder(tmp_path / "imgs", n_per_class=2)
     x, y = vision.load_cifar("train", root=root)
-    assert x.shape == (6, 3, 32, 32) and x.dtype == torch.float32 and y.tolist() == [0, 0, 0, 1, 1, 1]
-    raw = np.asarray(Image.open(root / "train" / "a_cls" / "0.png"))
+    assert x.shape == (20, 3, 32, 32) and x.dtype == torch.float32 and y.tolist() == [i // 2 for i in range(20)]
+    raw = np.asarray(Image.open(root / "train" / "airplane" / "0.png"))
     expect = (raw[..., 0] / 255.0 - vision.MEAN["cifar10"][0]) / vision.STD["cifar10"][0]
     assert np.allclose(x[0, 0].numpy(), expect, atol=1e-5)
     monkeypatch.setattr(vision, "decode_image_folder", lambda *a: pytest.fail("decoded twice"))

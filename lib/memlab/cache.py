@@ -1,10 +1,24 @@
-"""Content-addressed cache of trained models and computed tensors.
+"""Content-addressed cache of trained models and computed tensors, checked on every load.
 
 An entry's key is the SHA-256 of everything that produced it: chapter, stage,
 the resolved configuration of that stage and a code version the stage bumps
 when its training code changes. An entry is a folder ``<key>/`` holding
-``weights.safetensors`` and ``meta.json``; it is written into a temporary
-folder and renamed into place, so an interrupted write leaves no entry.
+``weights.safetensors`` and ``meta.json``; the meta records the weights'
+size and SHA-256.
+
+Writing: the entry is built in a temporary folder named after the writing
+process (``.<key12>.tmp-<pid>-<random>``) and renamed into place. A rename
+onto an existing non-empty folder fails atomically, so of two concurrent
+writers of one key the first wins and the second discards its copy after
+checking the winner's; no reader ever sees half an entry. Temporary folders of
+dead writers (``kill -9``) are removed when the next process first uses the
+cache. Files get the process umask.
+
+Loading: the weights are hashed and compared with the meta. A corrupt or
+incomplete entry (truncated, flipped bytes, no ``meta.json``, unreadable) is
+reported once as a :class:`CacheWarning` naming its path, moved aside into
+``<cache>/.corrupt/`` and rebuilt. An entry written before checksums existed
+is verified by loading it and gets its checksum added (its key is unchanged).
 
 Settings: ``MEMLAB_CACHE`` (folder; default ``<repo>/data/cache/models``) and
 ``MEMLAB_NO_CACHE=1`` (never read; still write).
@@ -12,11 +26,12 @@ Settings: ``MEMLAB_CACHE`` (folder; default ``<repo>/data/cache/models``) and
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
 import shutil
-import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -25,14 +40,27 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from memlab.config import device, repo_root
+from memlab.fsutil import clean_orphans, make_tmp_dir, tmp_path
 from memlab.results import git_commit, to_jsonable
+
+WEIGHTS, META = "weights.safetensors", "meta.json"
+_CLEANED: set[Path] = set()
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was found corrupt or incomplete and is being rebuilt."""
+
+
+class CorruptEntry(Exception):
+    """An entry failed its check; the message says why."""
 
 
 def cache_dir() -> Path:
-    """The cache folder (created on first use)."""
+    """The cache folder (created on first use; dead writers' temporary folders removed once per process)."""
     env = os.environ.get("MEMLAB_CACHE")
     path = Path(env).expanduser() if env else repo_root() / "data" / "cache" / "models"
     path.mkdir(parents=True, exist_ok=True)
+    _clean_once(path)
     return path
 
 
@@ -40,7 +68,14 @@ def sibling_dir(name: str) -> Path:
     """A folder beside the model cache (``arrays``, ``tokenizers``), created on first use."""
     path = cache_dir().parent / name
     path.mkdir(parents=True, exist_ok=True)
+    _clean_once(path)
     return path
+
+
+def _clean_once(path: Path) -> None:
+    if path not in _CLEANED:
+        _CLEANED.add(path)
+        clean_orphans(path)
 
 
 def enabled() -> bool:
@@ -73,34 +108,49 @@ def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) 
     }
 
 
-def _warn_if_made_elsewhere(path: Path, chapter: str, stage: str) -> None:
+def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) -> None:
     """Warn when a CPU entry was trained with another torch thread count than this run uses.
 
     Such an entry is valid, but a fresh training here would give slightly
     different weights, so a cold and a warm run of the chapter would disagree.
     """
-    try:
-        meta = json.loads((path / "meta.json").read_text())
-    except (OSError, ValueError):
-        return
     made, now = meta.get("torch_threads"), torch.get_num_threads()
     if meta.get("device") == "cpu" and device().type == "cpu" and made is not None and made != now:
-        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch threads, this "
-                      f"run uses {now}; its weights differ slightly from a fresh training here (--no-cache retrains)",
-                      stacklevel=3)
+        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch threads, "
+                      f"this run uses {now}; its weights differ slightly from a fresh training here "
+                      "(--no-cache retrains)", stacklevel=4)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file, read in 1 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_meta(folder: Path, meta: dict) -> None:
+    tmp = tmp_path(folder, META)
+    with open(tmp, "x") as f:
+        f.write(json.dumps(meta, indent=2, default=repr))
+    os.replace(tmp, folder / META)
 
 
 def _write_entry(k: str, write: Callable[[Path], None], meta: dict) -> Path:
-    """Write an entry through a temporary folder, then rename it into place atomically."""
+    """Build an entry in a temporary folder, then rename it into place (first writer wins)."""
     final = entry_path(k)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{k[:12]}-", dir=cache_dir()))
+    tmp = make_tmp_dir(cache_dir(), k[:12])
     try:
         write(tmp)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, default=repr))
-        if final.exists():  # another run finished first; keep its entry
-            shutil.rmtree(tmp)
-        else:
-            os.replace(tmp, final)
+        weights = tmp / WEIGHTS
+        _write_meta(tmp, {**meta, "size": weights.stat().st_size, "sha256": sha256_file(weights)})
+        try:
+            os.rename(tmp, final)  # fails if ``final`` is a non-empty folder: never merges two entries
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # another writer finished first; keep its entry
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -108,7 +158,71 @@ def _write_entry(k: str, write: Callable[[Path], None], meta: dict) -> Path:
 
 
 def _complete(path: Path) -> bool:
-    return (path / "meta.json").exists() and (path / "weights.safetensors").exists()
+    return (path / META).exists() and (path / WEIGHTS).exists()
+
+
+def verify(path: Path) -> dict:
+    """The meta of entry ``path`` after checking its weights' size and SHA-256; raise CorruptEntry.
+
+    An entry whose meta has no checksum (written before checksums existed)
+    passes here; :func:`_load_checked` then proves it by loading it.
+    """
+    meta_path, weights = path / META, path / WEIGHTS
+    if not weights.exists():
+        raise CorruptEntry(f"no {WEIGHTS}")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except FileNotFoundError:
+        raise CorruptEntry(f"no {META}") from None
+    except (OSError, ValueError) as err:
+        raise CorruptEntry(f"unreadable {META} ({type(err).__name__})") from None
+    if not isinstance(meta, dict):
+        raise CorruptEntry(f"{META} is not an object")
+    size = weights.stat().st_size
+    if "size" in meta and meta["size"] != size:
+        raise CorruptEntry(f"{WEIGHTS} has {size} bytes, {META} says {meta['size']} (truncated?)")
+    if "sha256" in meta and sha256_file(weights) != meta["sha256"]:
+        raise CorruptEntry(f"{WEIGHTS} does not match the SHA-256 in {META} (modified or damaged)")
+    return meta
+
+
+def _set_aside(path: Path, reason: str) -> None:
+    """Report a bad entry once and move it into ``<cache>/.corrupt/`` so that it is rebuilt."""
+    aside_dir = cache_dir() / ".corrupt"
+    aside_dir.mkdir(exist_ok=True)
+    aside = aside_dir / f"{path.name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:  # another process moved it first
+        return
+    warnings.warn(f"cache: entry {path} is corrupt or incomplete ({reason}); moved to {aside} and rebuilding "
+                  "it", CacheWarning, stacklevel=4)
+
+
+def _load_checked(path: Path, chapter: str, stage: str, load: Callable[[Path], Any]) -> Any | None:
+    """``load(path)`` of a verified entry, or None (entry set aside) when it is missing or bad."""
+    if not path.exists():
+        return None
+    try:
+        meta = verify(path)
+        _warn_if_made_elsewhere(meta, path, chapter, stage)
+        result = load(path)
+    except FileNotFoundError:  # moved aside by a concurrent process between the checks
+        return None
+    except CorruptEntry as err:
+        _set_aside(path, str(err))
+        return None
+    except Exception as err:  # noqa: BLE001 - safetensors, shape or dtype errors: the entry cannot serve
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        _set_aside(path, f"cannot be loaded: {type(err).__name__}: {first}")
+        return None
+    if "sha256" not in meta:  # an entry from before checksums: it loaded, so record its checksum
+        weights = path / WEIGHTS
+        try:
+            _write_meta(path, {**meta, "size": weights.stat().st_size, "sha256": sha256_file(weights)})
+        except OSError:  # a read-only cache still serves
+            pass
+    return result
 
 
 def load_or_train(
@@ -127,16 +241,21 @@ def load_or_train(
     k = key(chapter, stage, config, code_version)
     model = build()
     path = entry_path(k)
-    if enabled() and _complete(path):
-        _warn_if_made_elsewhere(path, chapter, stage)
+    if enabled():
         dev = next(iter(model.parameters()), torch.empty(0)).device
-        load_model(model, path / "weights.safetensors", strict=True, device=str(dev))
-        model.eval()
-        return model
+
+        def load(p: Path) -> torch.nn.Module:
+            load_model(model, p / WEIGHTS, strict=True, device=str(dev))
+            return model
+
+        if _load_checked(path, chapter, stage, load) is not None:
+            model.eval()
+            return model
+        model = build()  # a failed partial load may have changed some weights
     train(model)
     model.eval()
     meta = _meta(chapter, stage, config, code_version, "model")
-    _write_entry(k, lambda tmp: save_model(model, str(tmp / "weights.safetensors")), meta)
+    _write_entry(k, lambda tmp: save_model(model, str(tmp / WEIGHTS)), meta)
     return model
 
 
@@ -150,13 +269,14 @@ def load_or_compute(
     """Return cached tensors for this key, or ``compute()`` them and cache them."""
     k = key(chapter, stage, config, code_version)
     path = entry_path(k)
-    if enabled() and _complete(path):
-        _warn_if_made_elsewhere(path, chapter, stage)
-        return load_file(path / "weights.safetensors")
+    if enabled():
+        cached = _load_checked(path, chapter, stage, lambda p: load_file(p / WEIGHTS))
+        if cached is not None:
+            return cached
     tensors = compute()
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise TypeError("compute() must return a dict of str -> torch.Tensor")
     meta = _meta(chapter, stage, config, code_version, "tensors")
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
-    _write_entry(k, lambda tmp: save_file(contiguous, str(tmp / "weights.safetensors")), meta)
+    _write_entry(k, lambda tmp: save_file(contiguous, str(tmp / WEIGHTS)), meta)
     return tensors

@@ -2,7 +2,9 @@
 
 The output folder is ``$MEMLAB_OUTPUT_DIR`` when the chapter runner sets it
 (a staging folder that replaces the published outputs only when the whole
-chapter succeeded), else the repository's ``book/``.
+chapter succeeded). A notebook run any other way (Jupyter, Binder, plain
+Python) writes into the scratch folder ``<repo>/_build/scratch/`` and says so
+once, so it never overwrites the published book; only ``memlab run`` publishes.
 """
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ import math
 import os
 import platform
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,28 @@ import memlab
 from memlab.config import Config, device, repo_root
 
 
+_SCRATCH_SAID: list[Path] = []
+
+
+def scratch_dir() -> Path:
+    """Where outputs of a run outside ``memlab run`` go: ``<repo>/_build/scratch`` (ignored by git)."""
+    return repo_root() / "_build" / "scratch"
+
+
 def output_dir() -> Path:
-    """Root of the chapter outputs (``results/``, ``figures/`` below it)."""
+    """Root of the chapter outputs (``results/``, ``figures/`` below it).
+
+    ``$MEMLAB_OUTPUT_DIR`` under ``memlab run``; otherwise the scratch folder
+    (never the published ``book/``), announced once per process.
+    """
     env = os.environ.get("MEMLAB_OUTPUT_DIR")
-    return Path(env).expanduser() if env else repo_root() / "book"
+    if env:
+        return Path(env).expanduser()
+    path = scratch_dir()
+    if path not in _SCRATCH_SAID:
+        _SCRATCH_SAID.append(path)
+        print(f"memlab: not run by 'memlab run': outputs go to {path} (the published book/ is left alone)")
+    return path
 
 
 def results_path(chapter: str) -> Path:
@@ -100,16 +119,10 @@ def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON through a temporary file and a rename, so readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(to_jsonable(data), f, indent=1, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from memlab.fsutil import write_atomic
+
+    text = json.dumps(to_jsonable(data), indent=1, sort_keys=False) + "\n"
+    write_atomic(path, lambda f: f.write(text.encode()))  # umask permissions, not mkstemp's 0600
 
 
 class Run:
@@ -168,8 +181,15 @@ def _show_closing_line(payload: dict) -> None:
     prov = payload["provenance"]
     display(Markdown(
         f"*This page ran at the `{payload['profile']}` profile in {prov['wall_time_s']:.0f} s on {prov['device']}; "
-        f"its numbers are in `book/results/{payload['chapter']}.json`.*"
+        f"its numbers are in `{_where_results_go(payload['chapter'])}`.*"
     ))
+
+
+def _where_results_go(chapter: str) -> str:
+    """``book/results/<chapter>.json`` under ``memlab run`` (published there), else the scratch path."""
+    if os.environ.get("MEMLAB_OUTPUT_DIR"):
+        return f"book/results/{chapter}.json"
+    return str(scratch_dir() / "results" / f"{chapter}.json")
 
 
 def provenance_markdown(cfg: Config) -> str:

@@ -1,32 +1,160 @@
-"""Text corpora from a path and BPE tokenizers trained with ``tokenizers`` (cached)."""
+"""Text corpora from a path (or fetched once from a pinned URL) and BPE tokenizers (``tokenizers``).
+
+WikiText-2 is looked for, in order, in ``root``, ``$MEMLAB_DATA_ROOT/wikitext-2``
+and ``<repo>/data/wikitext-2`` (where a download goes). When none holds the
+split and downloads are allowed (``MEMLAB_ALLOW_DOWNLOAD=1``, set by ``memlab
+run --allow-download``), it is fetched from the copy shipped with PyTorch's
+word-language-model example, pinned to a commit and checked against its
+SHA-256, with a progress bar and one line saying where it went.
+"""
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from memlab.config import ConfigError, data_root
 
 WIKITEXT_SPLITS = {"valid": "valid.txt", "test": "test.txt", "train": "train.txt"}
+_EXAMPLES = ("https://raw.githubusercontent.com/pytorch/examples/{commit}/"
+             "word_language_model/data/wikitext-2/{name}")
+# (url, sha256, bytes) of the raw, tokenised WikiText-2 splits the chapters read (Merity et al., 2016).
+WIKITEXT_SOURCES = {
+    "valid": (_EXAMPLES.format(commit="37ce9402ff0cae48d764d7788810fd2ed8238b25", name="valid.txt"),
+              "f0737ed31fc1329026e95cb8b98e19c2a182c39c240ab909dc31abf2f8af58e8", 1121681),
+    "test": (_EXAMPLES.format(commit="cada773327ba94a5970e0d57c17c847d69dbbb8f", name="test.txt"),
+             "d790b833ef8cf03a90db7bf1271b7520b83c45ce07ba3c1a9699df81e239eca0", 1256449),
+}
+MIN_WORDS = 1000  # the preflight's floor; the real valid and test splits hold ~217k and ~245k words
 
 
-def load_wikitext2(split: str = "valid", root=None) -> str:
+def _candidates(root) -> list[Path]:
+    from memlab.data.vision import download_dir
+
+    if root is not None:
+        return [Path(root).expanduser()]
+    base = data_root()
+    return ([base / "wikitext-2"] if base is not None else []) + [download_dir() / "wikitext-2"]
+
+
+def find_wikitext2(split: str, root=None) -> Path | None:
+    """The file of a WikiText-2 split in the first place that holds it (see the module doc), or None."""
+    for folder in _candidates(root):
+        path = folder / WIKITEXT_SPLITS[split]
+        if path.exists():
+            return path
+    return None
+
+
+def _urlopen(url: str):
+    """The network fetch (a seam for tests, which replace it)."""
+    import urllib.request
+
+    return urllib.request.urlopen(url, timeout=60)
+
+
+def fetch_wikitext2(split: str, dest: Path | None = None, opener: Callable | None = None) -> Path:
+    """Download a WikiText-2 split into ``dest`` (default ``<repo>/data/wikitext-2``), checksum-verified.
+
+    The file is written under a temporary name and renamed only after its
+    SHA-256 matched, so a failed or tampered download leaves nothing behind.
+    """
+    from memlab.data.vision import download_dir
+    from memlab.fsutil import tmp_path
+    from memlab.progress import progress
+
+    if split not in WIKITEXT_SOURCES:
+        raise ConfigError(f"parameter 'split': WikiText-2 {split!r} has no pinned download "
+                          f"(available: {', '.join(WIKITEXT_SOURCES)})")
+    url, sha, size = WIKITEXT_SOURCES[split]
+    dest = Path(dest) if dest is not None else download_dir() / "wikitext-2"
+    dest.mkdir(parents=True, exist_ok=True)
+    final, tmp = dest / WIKITEXT_SPLITS[split], tmp_path(dest, WIKITEXT_SPLITS[split])
+    h = hashlib.sha256()
+    try:
+        with (opener or _urlopen)(url) as resp, open(tmp, "xb") as out, \
+                progress(total=size, desc=f"download wikitext-2/{split}", unit="B", unit_scale=True) as bar:
+            while block := resp.read(1 << 16):
+                h.update(block)
+                out.write(block)
+                bar.update(len(block))
+        if h.hexdigest() != sha:
+            raise ConfigError(f"parameter 'data_root': the download of {url} does not match its pinned "
+                              f"SHA-256 (got {h.hexdigest()[:16]}..., expected {sha[:16]}...); nothing was kept")
+        os.replace(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    print(f"memlab: downloaded WikiText-2 {split} into {final} (reused by later runs)", file=sys.stderr)
+    return final
+
+
+def _download_allowed(download: bool | None) -> bool:
+    from memlab.data.vision import allow_download
+
+    return allow_download(download)
+
+
+def _missing_message(split: str, root) -> str:
+    looked = ", ".join(str(c / WIKITEXT_SPLITS[split]) for c in _candidates(root))
+    return (f"parameter 'data_root': WikiText-2 {split} split not found (looked at {looked}); "
+            "set MEMLAB_DATA_ROOT to a folder holding wikitext-2/valid.txt and test.txt, or pass --allow-download to fetch it")
+
+
+def check_wikitext(splits: Sequence[str] = ("valid", "test"), root=None, download: bool | None = None,
+                   min_words: int = MIN_WORDS) -> str:
+    """Preflight of the WikiText-2 splits a run reads; returns a one-line description of the source.
+
+    Refuses (ConfigError naming the file) a missing split when downloads are
+    not allowed, and a file that is not UTF-8, or empty, or shorter than
+    ``min_words`` words.
+    """
+    found = []
+    for split in splits:
+        path = find_wikitext2(split, root)
+        if path is None:
+            if _download_allowed(download) and split in WIKITEXT_SOURCES:
+                found.append(f"{split}: to be downloaded")
+                continue
+            raise ConfigError(_missing_message(split, root))
+        _check_text_file(path, min_words)
+        found.append(f"{split}: {path}")
+    return "WikiText-2 " + "; ".join(found)
+
+
+def _check_text_file(path: Path, min_words: int) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"parameter 'data_root': WikiText-2 file {str(path)!r} is not UTF-8 text "
+                          f"(byte {err.start})") from None
+    except OSError as err:
+        raise ConfigError(f"parameter 'data_root': WikiText-2 file {str(path)!r} cannot be read "
+                          f"({type(err).__name__})") from None
+    words = len(text.split())
+    if words < min_words:
+        what = "is empty" if words == 0 else f"is too short ({words} words, at least {min_words} needed)"
+        raise ConfigError(f"parameter 'data_root': WikiText-2 file {str(path)!r} {what}; "
+                          "the real valid/test splits hold ~217k/~245k words")
+    return text
+
+
+def load_wikitext2(split: str = "valid", root=None, download: bool | None = None) -> str:
     """The raw text of a WikiText-2 split (tokenised, with ``<unk>``), as one string.
 
-    root: a folder holding ``valid.txt``/``test.txt`` (default ``$MEMLAB_DATA_ROOT/wikitext-2``).
+    root: a folder holding ``valid.txt``/``test.txt`` (default: see the module
+    doc). ``download`` (default ``MEMLAB_ALLOW_DOWNLOAD``) fetches a missing
+    split once. An empty file is refused naming it.
     """
     if split not in WIKITEXT_SPLITS:
         raise ConfigError(f"parameter 'split': must be one of {', '.join(WIKITEXT_SPLITS)} (got {split!r})")
-    folder = Path(root).expanduser() if root is not None else (data_root() / "wikitext-2" if data_root() else None)
-    path = folder / WIKITEXT_SPLITS[split] if folder is not None else None
-    if path is None or not path.exists():
-        raise ConfigError(
-            f"parameter 'data_root': WikiText-2 file {str(path)!r} not found; set MEMLAB_DATA_ROOT (or data_root) "
-            "to a folder holding wikitext-2/valid.txt and test.txt"
-        )
-    return path.read_text(encoding="utf-8")
+    path = find_wikitext2(split, root)
+    if path is None:
+        if not (_download_allowed(download) and split in WIKITEXT_SOURCES):
+            raise ConfigError(_missing_message(split, root))
+        path = fetch_wikitext2(split)
+    return _check_text_file(path, 1)
 
 
 def wikitext_articles(text: str) -> list[str]:
@@ -88,12 +216,13 @@ def train_bpe(
         vocab_size=vocab_size, special_tokens=list(special_tokens), initial_alphabet=alphabet, show_progress=False
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json.tmp")
-    os.close(fd)
+    from memlab.fsutil import tmp_path
+
+    tmp = tmp_path(path.parent, path.name)
     try:
-        tok.save(tmp)
+        tok.save(str(tmp))  # umask permissions (mkstemp would make it 0600)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return tok

@@ -4,14 +4,20 @@ Two sources, one result (x float32 (N, 3, 32, 32) normalised per channel,
 y int64 (N,)):
 - an ImageFolder root laid out as ``<root>/<split>/<class>/*.jpg`` with class
   folders that sort into the data set's label order (``../shared/data/cifar10-jpeg``);
-- torchvision's ``CIFAR10``/``CIFAR100`` when ``download=True`` (network).
-Decoded uint8 arrays are cached as ``.npy`` so images are decoded once.
+- torchvision's ``CIFAR10``/``CIFAR100``: read from ``<repo>/data/`` when an
+  earlier download put it there, fetched there when downloads are allowed
+  (``download=True`` or ``MEMLAB_ALLOW_DOWNLOAD=1``, which ``memlab run
+  --allow-download`` sets).
+Decoded uint8 arrays are cached as ``.npy`` under a key made from the folder's
+content (every file's path, size and modification time), so a changed folder
+is decoded again. Before decoding, :func:`check_cifar` refuses a root whose
+train or test split misses a class folder (which would shift every label) or
+holds an empty, truncated or non-image file, naming the first bad one.
 """
 from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,27 +41,187 @@ def array_cache_dir() -> Path:
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
-    os.close(fd)
-    try:
-        with open(tmp, "wb") as f:  # a file object, so np.save adds no ".npy" suffix
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from memlab.fsutil import write_atomic
+
+    write_atomic(path, lambda f: np.save(f, array))  # a file object, so np.save adds no ".npy" suffix
+
+
+def allow_download(download: bool | None = None) -> bool:
+    """``download`` when given, else whether ``MEMLAB_ALLOW_DOWNLOAD`` is 1.
+
+    ``memlab run --allow-download`` sets that variable for the chapter's kernel,
+    so every loader a notebook calls sees the flag.
+    """
+    if download is not None:
+        return bool(download)
+    return os.environ.get("MEMLAB_ALLOW_DOWNLOAD", "0").lower() in ("1", "true", "yes")
+
+
+def download_dir() -> Path:
+    """Where downloaded data sets go: ``$MEMLAB_DOWNLOAD_DIR``, default ``<repo>/data`` (ignored by git)."""
+    from memlab.config import repo_root
+
+    env = os.environ.get("MEMLAB_DOWNLOAD_DIR")
+    return Path(env).expanduser() if env else repo_root() / "data"
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+_SIGNATURES = {".jpg": (b"\xff\xd8", b"\xff\xd9"), ".jpeg": (b"\xff\xd8", b"\xff\xd9"),
+               ".png": (b"\x89PNG", b"\xaeB`\x82")}
+
+
+def _image_files(folder: Path) -> list[tuple[str, int, int]]:
+    """(relative path, size, mtime_ns) of every image under ``folder/<class>/``, sorted."""
+    out = []
+    for cls in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not cls.is_dir():
+            continue
+        for f in os.scandir(cls.path):
+            if f.name.lower().endswith(IMAGE_SUFFIXES):
+                st = f.stat()
+                out.append((f"{cls.name}/{f.name}", st.st_size, st.st_mtime_ns))
+    out.sort()
+    return out
+
+
+def fingerprint(files: list[tuple[str, int, int]]) -> str:
+    """A hash of image files' names, sizes and modification times (from :func:`_image_files`).
+
+    It keys the decoded-array cache: adding, removing, replacing or touching a
+    file gives another key, so a changed folder is decoded again.
+    """
+    h = hashlib.sha256()
+    for rel, size, mtime in files:
+        h.update(f"{rel}\0{size}\0{mtime}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _scan_headers(folder: Path, files: list[tuple[str, int, int]]) -> None:
+    """Refuse the first empty, truncated or non-image file (by its first and last bytes)."""
+    for rel, size, _ in files:
+        path = folder / rel
+        head, tail = _SIGNATURES[path.suffix.lower()]
+        if size < len(head) + len(tail):
+            raise ConfigError(f"parameter 'data_root': image {str(path)!r} is empty or truncated "
+                              f"({size} bytes)")
+        with open(path, "rb") as fh:
+            first = fh.read(len(head))
+            fh.seek(-len(tail), os.SEEK_END)
+            last = fh.read(len(tail))
+        if first != head:
+            raise ConfigError(f"parameter 'data_root': {str(path)!r} is not a {path.suffix} image "
+                              f"(starts with {first!r})")
+        if last != tail:
+            raise ConfigError(f"parameter 'data_root': image {str(path)!r} is truncated "
+                              "(no end-of-image marker)")
+
+
+def expected_classes(dataset: str, folder: Path) -> list[str]:
+    """Class folder names a split of ``dataset`` must have (CIFAR-10's ten names; else the train split's)."""
+    if dataset == "cifar10":
+        return sorted(CIFAR10_CLASSES)
+    train = folder / "train"
+    return sorted(e.name for e in os.scandir(train) if e.is_dir()) if train.is_dir() else []
+
+
+def check_image_root(dataset: str, folder: Path, splits=SPLITS, scan: bool = True) -> dict[str, str]:
+    """Refuse an ImageFolder root that would load wrongly; return each split's content fingerprint.
+
+    Checks, naming the first bad folder or file: both splits exist; each holds
+    every class folder of the data set (a missing one shifts every later label)
+    and no other; no class folder is empty; with ``scan``, every image starts
+    and ends with its format's markers (splits whose decoded arrays are cached
+    for their current fingerprint were decoded cleanly and are not re-read).
+    """
+    folder = Path(folder)
+    classes = expected_classes(dataset, folder)
+    if len(classes) != DATASETS[dataset]:
+        raise ConfigError(f"parameter 'data_root': {str(folder / 'train')!r} must hold "
+                          f"{DATASETS[dataset]} class folders for {dataset} (found {len(classes)})")
+    prints = {}
+    for split in splits:
+        sdir = folder / split
+        if not sdir.is_dir():
+            raise ConfigError(f"parameter 'data_root': {dataset} split folder {str(sdir)!r} is missing")
+        present = sorted(e.name for e in os.scandir(sdir) if e.is_dir())
+        missing = [c for c in classes if c not in present]
+        if missing:
+            raise ConfigError(f"parameter 'data_root': class folder {str(sdir / missing[0])!r} is missing "
+                              f"({len(missing)} of {len(classes)} missing; every class must be present, or "
+                              "labels shift)")
+        extra = [c for c in present if c not in classes]
+        if extra:
+            raise ConfigError(f"parameter 'data_root': {str(sdir / extra[0])!r} is not a {dataset} "
+                              f"class folder (expected {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''})")
+        files = _image_files(sdir)
+        counts = {c: 0 for c in classes}
+        for rel, _, _ in files:
+            counts[rel.split("/", 1)[0]] += 1
+        empty = [c for c, n in counts.items() if n == 0]
+        if empty:
+            raise ConfigError(f"parameter 'data_root': class folder {str(sdir / empty[0])!r} holds no images")
+        prints[split] = fingerprint(files)
+        xs, ys = _array_paths(dataset, split, prints[split])
+        if scan and not (xs.exists() and ys.exists()):
+            _scan_headers(sdir, files)
+    return prints
+
+
+def check_cifar(dataset: str = "cifar10", root=None, download: bool | None = None, splits=SPLITS) -> str:
+    """Preflight of the CIFAR data a run will read; returns a one-line description of the source.
+
+    Raises :class:`ConfigError` (one line, naming the folder or file, and what
+    to set) when neither an ImageFolder root nor a torchvision copy is present
+    and downloads are not allowed, or when the root is malformed.
+    """
+    if dataset not in DATASETS:
+        raise ConfigError(f"parameter 'dataset': must be one of {', '.join(DATASETS)} (got {dataset!r})")
+    folder = _image_folder_root(dataset, root)
+    if folder is not None and folder.exists():
+        if not folder.is_dir():
+            raise ConfigError(f"parameter 'data_root': {str(folder)!r} is not a folder")
+        check_image_root(dataset, folder, splits)
+        return f"{dataset} images at {folder}"
+    if _torchvision_present(dataset):
+        return f"{dataset} (torchvision copy) at {download_dir()}"
+    if allow_download(download):
+        return f"{dataset} to be downloaded into {download_dir()}"
+    where = (f"no {FOLDERS[dataset]} folder at {str(folder)!r}" if folder is not None
+             else "MEMLAB_DATA_ROOT is unset")
+    raise ConfigError(f"parameter 'data_root': {where}; set MEMLAB_DATA_ROOT to a folder holding "
+                      f"{FOLDERS[dataset]}/{{train,test}}/<class>/*.jpg, or pass --allow-download to fetch "
+                      f"{dataset} into {download_dir()}")
+
+
+_TV_FOLDERS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
+
+
+def _torchvision_present(dataset: str) -> bool:
+    return (download_dir() / _TV_FOLDERS[dataset]).is_dir()
+
+
+def _array_paths(dataset: str, split: str, fp: str) -> tuple[Path, Path]:
+    stamp = f"{dataset}-{split}-{fp}"
+    return array_cache_dir() / f"{stamp}-x.npy", array_cache_dir() / f"{stamp}-y.npy"
 
 
 def decode_image_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """Decode every image under ``folder/<class>/`` to uint8 (N, 32, 32, 3) and labels (N,)."""
+    """Decode every image under ``folder/<class>/`` to uint8 (N, 32, 32, 3) and labels (N,).
+
+    An image PIL cannot decode raises :class:`ConfigError` naming its file.
+    """
     from PIL import Image
     from torchvision.datasets import ImageFolder
 
     index = ImageFolder(str(folder))
     images = np.empty((len(index.samples), 32, 32, 3), dtype=np.uint8)
     for i, (path, _) in enumerate(progress(index.samples, desc=f"decode {folder.name}")):
-        with Image.open(path) as im:
-            images[i] = np.asarray(im.convert("RGB").resize((32, 32)))
+        try:
+            with Image.open(path) as im:
+                images[i] = np.asarray(im.convert("RGB").resize((32, 32)))
+        except (OSError, ValueError, SyntaxError) as err:  # PIL: truncated, unidentified, broken
+            raise ConfigError(f"parameter 'data_root': image {path!r} cannot be decoded "
+                              f"({type(err).__name__}: {err})") from None
     return images, np.asarray(index.targets, dtype=np.int64)
 
 
@@ -66,32 +232,47 @@ def _image_folder_root(dataset: str, root: str | os.PathLike | None) -> Path | N
     return base / FOLDERS[dataset] if base is not None else None
 
 
-def load_raw(split: str, dataset: str = "cifar10", root=None, download: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def load_raw(split: str, dataset: str = "cifar10", root=None,
+             download: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """uint8 images (N, 32, 32, 3) and int64 labels (N,) of a split, decoded once and cached."""
     if dataset not in DATASETS:
         raise ConfigError(f"parameter 'dataset': must be one of {', '.join(DATASETS)} (got {dataset!r})")
     if split not in SPLITS:
         raise ConfigError(f"parameter 'split': must be one of {', '.join(SPLITS)} (got {split!r})")
     folder = _image_folder_root(dataset, root)
-    if folder is not None and (folder / split).is_dir():
-        stamp = f"{dataset}-{split}-{hashlib.sha1(str(folder.resolve()).encode()).hexdigest()[:10]}"
-        xs, ys = array_cache_dir() / f"{stamp}-x.npy", array_cache_dir() / f"{stamp}-y.npy"
+    if folder is not None and folder.exists():
+        # Checked every time (a stat per file, ~0.2 s for CIFAR-10): a missing class folder would
+        # shift labels, and the fingerprint keys the decoded arrays to the folder's current content.
+        fp = check_image_root(dataset, folder, splits=(split,))[split]
+        xs, ys = _array_paths(dataset, split, fp)
         if xs.exists() and ys.exists():
             return np.load(xs), np.load(ys)
         x, y = decode_image_folder(folder / split)
         _atomic_save(ys, y)
         _atomic_save(xs, x)
         return x, y
-    if download:
-        import torchvision
+    if _torchvision_present(dataset) or allow_download(download):
+        return _load_torchvision(split, dataset, download=allow_download(download))
+    check_cifar(dataset, root, download)  # raises the one-line error saying what to set
+    raise AssertionError("unreachable")  # pragma: no cover
 
-        cls = torchvision.datasets.CIFAR10 if dataset == "cifar10" else torchvision.datasets.CIFAR100
-        ds = cls(str(array_cache_dir() / "torchvision"), train=(split == "train"), download=True)
-        return np.asarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)
-    raise ConfigError(
-        f"parameter 'data_root': no {dataset} images at {str(folder)!r}; set MEMLAB_DATA_ROOT (or data_root) "
-        f"to a folder holding {FOLDERS[dataset]}/{split}/<class>/*.jpg, or pass download=True"
-    )
+
+def _load_torchvision(split: str, dataset: str, download: bool) -> tuple[np.ndarray, np.ndarray]:
+    """torchvision's CIFAR arrays from ``download_dir()``, fetched there if allowed.
+
+    torchvision shows a progress bar and checks the archive's MD5 and each batch file's MD5.
+    """
+    import torchvision
+
+    cls = torchvision.datasets.CIFAR10 if dataset == "cifar10" else torchvision.datasets.CIFAR100
+    target = download_dir()
+    fetched = download and not _torchvision_present(dataset)
+    target.mkdir(parents=True, exist_ok=True)
+    # torchvision verifies the archive's MD5 and its batch files' MD5s before using them
+    ds = cls(str(target), train=(split == "train"), download=download)
+    if fetched:
+        print(f"memlab: downloaded {dataset} into {target / _TV_FOLDERS[dataset]} (reused by later runs)")
+    return np.asarray(ds.data, dtype=np.uint8), np.asarray(ds.targets, dtype=np.int64)
 
 
 def normalise(images: np.ndarray, dataset: str = "cifar10") -> torch.Tensor:
@@ -126,7 +307,7 @@ def load_cifar(
     split: str = "train",
     dataset: str = "cifar10",
     root=None,
-    download: bool = False,
+    download: bool | None = None,
     n_per_class: int | None = None,
     seed: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,7 +315,7 @@ def load_cifar(
 
     ``n_per_class`` keeps a class-balanced subset drawn from ``seed``; ``root``
     overrides ``$MEMLAB_DATA_ROOT/cifar10-jpeg``; ``download`` allows torchvision
-    to fetch the original data set.
+    to fetch the original data set (default: ``MEMLAB_ALLOW_DOWNLOAD``).
     """
     if n_per_class is not None and (not isinstance(n_per_class, int) or n_per_class < 1):
         raise ConfigError(f"parameter 'n_per_class': must be a positive integer or None (got {n_per_class!r})")
