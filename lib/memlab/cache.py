@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from memlab.config import device, repo_root
-from memlab.fsutil import clean_orphans, make_tmp_dir, tmp_path
+from memlab.fsutil import apply_umask, clean_orphans, make_tmp_dir, tmp_path
 from memlab.results import git_commit, to_jsonable
 
 WEIGHTS, META = "weights.safetensors", "meta.json"
@@ -143,6 +143,7 @@ def _write_entry(k: str, write: Callable[[Path], None], meta: dict) -> Path:
     tmp = make_tmp_dir(cache_dir(), k[:12])
     try:
         write(tmp)
+        apply_umask(tmp)  # safetensors writes 0600; entries follow the umask like every other file
         weights = tmp / WEIGHTS
         _write_meta(tmp, {**meta, "size": weights.stat().st_size, "sha256": sha256_file(weights)})
         try:

@@ -55,6 +55,30 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     return path
 
 
+def current_umask() -> int:
+    """The process umask (read from /proc on Linux, so no other thread sees it changed)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(folder: Path) -> None:
+    """Give the files directly in ``folder`` the umask's permissions (0666 minus it).
+
+    For writers that force 0600, such as safetensors' ``save_file``.
+    """
+    mode = 0o666 & ~current_umask()
+    for child in Path(folder).iterdir():
+        if child.is_file() and not child.is_symlink():
+            os.chmod(child, mode)
+
+
 def _pid_alive(pid: int) -> bool:
     if pid == os.getpid():
         return True

@@ -132,7 +132,10 @@ def _bpe_codec(cfg, texts: list[str]) -> Codec:
 def _hf_codec(cfg, mask_id: int) -> Codec:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_paths(cfg)[0], trust_remote_code=cfg.trust_remote_code)
+    from memlab.models import hub
+
+    src, kwargs = hub.pretrained_kwargs(model_paths(cfg)[0], "base_model", cfg.trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(src, **kwargs)  # pinned revision, remote code only by name
     eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     return Codec(lambda s: tok.encode(s, add_special_tokens=False), lambda ids: tok.decode(list(ids)),
@@ -244,7 +247,10 @@ def _auto_class(path: str, trust_remote_code: bool = False) -> str:
     """AutoModel for LLaDA/Dream (their remote code registers it); masked/causal LM heads otherwise."""
     from transformers import AutoConfig
 
-    conf = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    from memlab.models import hub
+
+    src, kwargs = hub.pretrained_kwargs(path, "base_model", trust_remote_code)
+    conf = AutoConfig.from_pretrained(src, **kwargs)
     archs = conf.architectures or []
     if any("MaskedLM" in a for a in archs):
         return "AutoModelForMaskedLM"

@@ -175,10 +175,14 @@ def load_pretrained(name_or_path: str, family: str, *, auto_class: str = "AutoMo
     cls = getattr(transformers, auto_class, None)
     if cls is None or not hasattr(cls, "from_pretrained"):
         raise ValueError(f"parameter 'auto_class': {auto_class!r} is not a transformers Auto class")
-    kwargs = {"trust_remote_code": trust_remote_code}
+    from memlab.models import hub
+
+    # A pinned revision (the cached snapshot or NAME@<commit>), and remote code only for a model
+    # the user named with --trust-remote-code (memlab.models.hub).
+    src, kwargs = hub.pretrained_kwargs(name_or_path, "base_model", trust_remote_code)
     if dtype is not None:
         kwargs["dtype"] = dtype
-    hf = cls.from_pretrained(name_or_path, **kwargs)
+    hf = cls.from_pretrained(src, **kwargs)
     if device is not None:
         hf = hf.to(device)
     fam = FAMILIES[family]

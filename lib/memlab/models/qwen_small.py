@@ -107,15 +107,20 @@ def load_pretrained(name: str, *, allow_download: bool = False, dtype: torch.dty
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from memlab.models import hub
+
+    # ``memlab run --allow-download`` reaches here through MEMLAB_ALLOW_DOWNLOAD; a hub name is
+    # pinned to its cached snapshot or to the NAME@<commit> the user gave (memlab.models.hub).
+    allow_download = allow_download or hub._download_allowed(None)
     local_only = not allow_download
+    src, kwargs = hub.pretrained_kwargs(name, "model", False, allow_download)
     try:
-        tok = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+        tok = AutoTokenizer.from_pretrained(src, **kwargs)
     except (OSError, ValueError) as err:
         where = "in the local Hugging Face cache or as a folder" if local_only else "on the hub"
         raise ConfigError(f"parameter 'model': {name!r} cannot be loaded {where} "
                           f"(download it first or set allow_download); {type(err).__name__}") from None
-    model = AutoModelForCausalLM.from_pretrained(name, local_files_only=local_only,
-                                                 dtype=dtype or torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(src, **kwargs, dtype=dtype or torch.float32)
     if device is not None:
         model = model.to(device)
     return model, HFCodec(tok)
