@@ -22,4 +22,15 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: chromium not found; install it (e.g. apt-get install chromium) to run the browser test"
   fi
 fi
+# MathJax served from the built book, so math is typeset offline (memlab render uses it when present).
+MATHJAX_VERSION=3.2.2
+if [ ! -f .cache/mathjax/node_modules/mathjax/es5/tex-chtml.js ]; then
+  if command -v npm >/dev/null 2>&1; then
+    echo "setup: installing mathjax@$MATHJAX_VERSION into .cache/mathjax"
+    npm install --silent --no-audit --no-fund --prefix .cache/mathjax "mathjax@$MATHJAX_VERSION" \
+      || echo "setup: could not install mathjax; the book will load MathJax from its CDN"
+  else
+    echo "setup: npm not found; the book will load MathJax from its CDN (math needs a network)"
+  fi
+fi
 echo "setup: ready ($(.venv/bin/python -c 'import torch, memlab; print("torch", torch.__version__, "memlab", memlab.__version__)'))"

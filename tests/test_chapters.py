@@ -149,3 +149,17 @@ def test_browser_sees_no_console_errors_and_every_image_loads(built_book):
     finally:
         server.shutdown()
     assert not problems, "\n".join(problems)
+
+
+def test_reader_surfaces_of_smoke_book(built_book, smoke_project):
+    """Figures on the page, claims in full, no NaN/paths/tracebacks, fits a 390 px phone, math
+    typeset (when MathJax is installed locally); screenshots in $MEMLAB_TEST_ARTIFACTS/smoke-book
+    (default _build/screenshots/smoke-book). See tests/test_book_surfaces.py."""
+    from test_book_surfaces import artifacts_dir, check_book_surfaces, chromium_or_skip
+
+    chromium_or_skip()
+    html, _ = built_book
+    root, outcomes = smoke_project
+    chapters = [c for c in RUNNABLE if outcomes[c] is None]
+    problems = check_book_surfaces(html, root / "book", chapters, artifacts_dir("smoke-book"))
+    assert not problems, "\n".join(problems)

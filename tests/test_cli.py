@@ -120,8 +120,12 @@ def test_scorecard_and_toc_filter(tmp_path):
         "claims": [{"claim": "a | b", "source": "T1", "verdict": "reproduced", "evidence": "x=1"},
                    {"claim": "c", "source": "T2", "verdict": "not run at this profile", "evidence": ""}],
     }))
+    staged = tmp_path / "stage"
+    text = cli.write_scorecard(book, dest=staged).read_text()
+    assert not (book / "scorecard.md").exists()  # render writes into its staging copy only
     text = cli.write_scorecard(book).read_text()
-    assert "| `cpu` | 1 | 0 | 1 |" in text and "a \\| b" in text and "not run yet" in text
+    assert "| `cpu` | 1 | 0 | 1 |" in text and "a | b" in text and "not run yet" in text
+    assert 'class="memlab-claims"' in text and "\u2713 reproduced" in text
     assert "| `cpu` | 1 | 0 | 1 |" in (book / "_scorecard_summary.md").read_text()
     (book / "chapters").mkdir()
     (book / "chapters" / "a.ipynb").write_text("{}")

@@ -100,7 +100,7 @@ def test_claim_verdicts():
     assert v["gpu"]["verdict"] == paper.NOT_RUN and v["missing"]["verdict"] == paper.NOT_RUN
     assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1, paper.NOT_RUN: 2}
     table = paper.claims_table(list(v.values()))
-    assert list(table.columns) == ["Claim", "Paper source", "Verdict", "Our numbers"]
+    assert list(table.columns) == ["Verdict", "Claim", "Paper source", "Our numbers"]
     with pytest.raises(ValueError, match="unique"):
         paper.evaluate(claims[:1] * 2, {"x": 2}, "cpu")
 

@@ -182,11 +182,16 @@ def run_chapter(
 
 # ----------------------------------------------------------------------------- rendering
 
-def write_scorecard(book: Path) -> Path:
-    """``book/scorecard.md`` (every claim) and ``book/_scorecard_summary.md`` (counts, on the front page)."""
-    from memlab.paper import VERDICTS
+def write_scorecard(book: Path, dest: Path | None = None) -> Path:
+    """``scorecard.md`` (every claim) and ``_scorecard_summary.md`` (counts, on the front page).
+
+    Reads ``book/results``; writes into ``dest`` (default ``book``), so that :func:`render`
+    can write into its staging copy and leave ``book/`` as it was when a build fails.
+    """
+    from memlab.paper import VERDICTS, claims_table
     from memlab.results import load_results
 
+    dest = Path(dest) if dest is not None else book
     summary = [
         "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " |",
         "|---|---|" + "---|" * len(VERDICTS),
@@ -200,20 +205,22 @@ def write_scorecard(book: Path) -> Path:
         counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
         summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
         details += ["", f"## {ch.title}", "", f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).",
-                    "", "| Claim | Paper source | Verdict | Our numbers |", "|---|---|---|---|"]
-        for c in res.get("claims", []):
-            cells = [str(c.get(k, "")).replace("|", "\\|").replace("\n", " ") for k in ("claim", "source", "verdict", "evidence")]
-            details.append("| " + " | ".join(cells) + " |")
+                    ""]
+        if res.get("claims"):
+            # The same HTML table as in the chapter: verdict first, full text, stacked on a phone.
+            details += [claims_table(res["claims"])._repr_html_(), ""]
     intro = [
         "# Scorecard",
         "",
         "Every claim the chapters test, with its verdict at the profile that produced the published page. "
         "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
-        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU).",
+        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU). "
+        "A *not reproduced* claim says why, from what its chapter measured.",
         "",
     ]
-    (book / "_scorecard_summary.md").write_text("\n".join(summary) + "\n")
-    path = book / "scorecard.md"
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "_scorecard_summary.md").write_text("\n".join(summary) + "\n")
+    path = dest / "scorecard.md"
     path.write_text("\n".join(intro + summary + details) + "\n")
     return path
 
@@ -257,18 +264,94 @@ def dedupe_inline_scripts(page: Path) -> bool:
     return True
 
 
+REPO_URL_ENV = "MEMLAB_REPO_URL"
+MATHJAX_DIR = Path(".cache") / "mathjax" / "node_modules" / "mathjax" / "es5"
+# What the book needs of the mathjax npm package (about 3 MB of its 24): the combined TeX ->
+# CommonHTML component, its fonts, the TeX extensions it autoloads and the menu/a11y parts.
+MATHJAX_PARTS = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "ui", "a11y")
+
+
+def repository_url(conf: dict) -> str:
+    """The book's repository address: ``$MEMLAB_REPO_URL``, else ``repository.url`` in _config.yml, else ''.
+
+    Empty means no repository: :func:`render` then shows no repository, issues or launch buttons.
+    """
+    url = os.environ.get(REPO_URL_ENV)
+    source = REPO_URL_ENV
+    if url is None:
+        url, source = str((conf.get("repository") or {}).get("url") or ""), "repository.url in _config.yml"
+    url = url.strip().rstrip("/")
+    if url and not url.startswith(("https://", "http://")):
+        raise ConfigError(f"{source}: must be an http(s) address such as https://github.com/you/memlab (got {url!r})")
+    return url
+
+
+def _apply_repository(conf: dict, url: str) -> None:
+    """Repository and issues buttons from ``url``; none when it is empty.
+
+    Launch buttons (Binder, Colab) are never offered: a launched chapter would start from the
+    executed ``cpu`` notebook in a runtime without memlab or its data, and fail in its first cells.
+    """
+    html = conf.setdefault("html", {})
+    conf["launch_buttons"] = {"notebook_interface": "classic", "binderhub_url": "", "colab_url": "",
+                              "jupyterhub_url": "", "thebe": False}
+    repo = conf.setdefault("repository", {})
+    if url:
+        repo["url"] = url
+        html["use_repository_button"] = html["use_issues_button"] = True
+    else:
+        repo["url"] = ""
+        html["use_repository_button"] = html["use_issues_button"] = html["use_edit_page_button"] = False
+
+
+def find_mathjax(root: Path) -> Path | None:
+    """The local MathJax (``scripts/setup.sh`` installs it under ``.cache/mathjax``), or None."""
+    for base in dict.fromkeys((root, repo_root())):
+        es5 = base / MATHJAX_DIR
+        if (es5 / "tex-chtml.js").is_file():
+            return es5
+    return None
+
+
+def _apply_mathjax(conf: dict, stage: Path, es5: Path | None) -> None:
+    """Serve MathJax from the build when a local copy exists (readers offline see typeset math)."""
+    if es5 is None:
+        return  # Sphinx's default: MathJax from its CDN
+    dest = stage / "book" / "_static" / "mathjax"
+    for part in MATHJAX_PARTS:
+        src = es5 / part
+        if src.is_dir():
+            shutil.copytree(src, dest / part, dirs_exist_ok=True)
+        elif src.is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy(src, dest / part)
+    conf.setdefault("sphinx", {}).setdefault("config", {})["mathjax_path"] = "mathjax/tex-chtml.js"
+
+
 def render(root: Path | None = None, out: Path | None = None) -> Path:
-    """Build the HTML book from the executed chapters (never re-executes); returns index.html."""
-    root = Path(root) if root else repo_root()
+    """Build the HTML book from the executed chapters (never re-executes); returns index.html.
+
+    Everything is written into a staging copy first: ``book/`` itself is not touched, and
+    ``out/html`` is replaced only after a clean build. The repository address comes from
+    :func:`repository_url`; MathJax is served locally when :func:`find_mathjax` finds it.
+    """
+    root = Path(root).expanduser() if root else repo_root()
+    for need in ("_config.yml", "_toc.yml", "book"):
+        if not (root / need).exists():
+            raise ConfigError(f"parameter 'root': {str(root)!r} has no {need} (expected a project folder "
+                              "holding _config.yml, _toc.yml and book/)")
     out = Path(out) if out else root / "_build"
-    write_scorecard(root / "book")
+    conf = yaml.safe_load((root / "_config.yml").read_text()) or {}
+    url = repository_url(conf)
     with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
         stage = Path(tmp)
-        conf = yaml.safe_load((root / "_config.yml").read_text())
         extra_bib = sorted(f"book/bib/{p.name}" for p in (root / "book" / "bib").glob("*.bib"))
         conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
-        (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
         shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
+        write_scorecard(root / "book", dest=stage / "book")
+        _apply_repository(conf, url)
+        _apply_mathjax(conf, stage, find_mathjax(root))
+        (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
         toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), root)
         for f in skipped:
             print(f"render: {f} has not been run; left out of this build")
@@ -288,8 +371,10 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             shutil.rmtree(html)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage / "_build" / "html", html)
+        for name in ("scorecard.md", "_scorecard_summary.md"):  # the built scorecard, also for repo readers
+            shutil.copy(stage / "book" / name, root / "book" / name)
     index = html / "index.html"
-    print(f"book: {index}")
+    print(f"book: {index}" + ("" if url else f" (no repository buttons: set {REPO_URL_ENV} to show them)"))
     return index
 
 

@@ -7,6 +7,7 @@ A claim is a predicate over a chapter's metrics; its verdict is one of
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -16,11 +17,78 @@ import pandas as pd
 import yaml
 
 from memlab.config import PROFILES, repo_root
+from memlab.tables import install as _install_table_format
+
+_install_table_format()  # in a notebook, DataFrames render as the book's tables (memlab.tables)
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_RUN = "not run at this profile"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_RUN)
+SMOKE_REASON = ("At the smoke profile the models are toys that only exercise the code; "
+                "this verdict says nothing about the paper.")
+
+
+class MetricMissing(KeyError):
+    """A claim read a metric (or a row of one) that this run did not produce: the claim is not run."""
+
+
+class UndeclaredMetric(LookupError):
+    """A claim read a metric key its chapter does not declare (``METRIC_KEYS``): a typo, never "not run"."""
+
+
+class _Metrics(dict):
+    """A run's metrics as a claim sees them (a dict, so pandas and ``json`` take it as one).
+
+    At the top level only ``declared`` keys may be read (others raise :class:`UndeclaredMetric`);
+    a missing key at any depth raises :class:`MetricMissing`. Nested dicts (and dicts inside
+    lists) are wrapped the same way when read.
+    """
+
+    def __init__(self, data: dict, declared: frozenset | None, path: tuple = ()):
+        super().__init__(data)
+        self._declared, self._path = declared, path
+
+    def _allowed(self, key) -> None:
+        if not self._path and self._declared is not None and key not in self._declared:
+            raise UndeclaredMetric(f"claim reads metric {key!r}, which the chapter does not declare "
+                                   f"(METRIC_KEYS: {', '.join(sorted(self._declared))})")
+
+    def _wrap(self, key, value):
+        path = self._path + (key,)
+        if isinstance(value, dict):
+            return _Metrics(value, None, path)
+        if isinstance(value, list):
+            return [_Metrics(v, None, path) if isinstance(v, dict) else v for v in value]
+        return value
+
+    def __getitem__(self, key):
+        self._allowed(key)
+        if not dict.__contains__(self, key):
+            raise MetricMissing("/".join(map(str, self._path + (key,))))
+        return self._wrap(key, dict.__getitem__(self, key))
+
+    def get(self, key, default=None):
+        self._allowed(key)
+        return self[key] if dict.__contains__(self, key) else default
+
+    def __contains__(self, key) -> bool:
+        self._allowed(key)
+        return dict.__contains__(self, key)
+
+    def values(self):
+        return [self._wrap(k, v) for k, v in dict.items(self)]
+
+    def items(self):
+        return [(k, self._wrap(k, v)) for k, v in dict.items(self)]
+
+
+def declare(metric_keys: Sequence[str], claims: Sequence["Claim"]) -> list["Claim"]:
+    """``claims`` bound to their chapter's declared metric keys (see :func:`evaluate`)."""
+    import dataclasses
+
+    keys = frozenset(metric_keys)
+    return [dataclasses.replace(c, metrics=keys) for c in claims]
 
 
 class NotJudged(Exception):
@@ -111,8 +179,10 @@ class Claim:
 
     check(metrics) -> (holds: bool, evidence: str). ``profiles`` lists the
     profiles at which the chapter runs what the claim needs; elsewhere the
-    verdict is "not run at this profile". A check that raises KeyError (a
-    metric that was not produced) also yields "not run at this profile".
+    verdict is "not run at this profile". ``metrics`` are the chapter's declared metric
+    keys (set by :func:`declare`): reading a declared metric the run did not produce
+    yields "not run at this profile"; reading an undeclared key, or any other exception
+    inside ``check``, propagates (a bug, not a verdict).
     """
 
     key: str
@@ -120,33 +190,128 @@ class Claim:
     source: str
     check: Callable[[dict], tuple[bool, str]]
     profiles: Sequence[str] = field(default=PROFILES)
+    metrics: frozenset | None = None
 
 
-def evaluate(claims: Sequence[Claim], metrics: dict, profile: str) -> list[dict]:
-    """Verdict and evidence of every claim, as JSON-able dicts."""
+def reasons(chapter: str) -> dict[str, str]:
+    """One-sentence reasons, by claim key, why a claim may not reproduce at the chapter's scale.
+
+    They live in ``data/papers/<chapter>.yaml`` under ``reasons:`` and are written from
+    what the chapter measured (scale, missing data, or the effect being absent here).
+    """
+    out = load(chapter).get("reasons") or {}
+    if not all(isinstance(v, str) and v.strip() for v in out.values()):
+        raise ValueError(f"data/papers/{chapter}.yaml: every entry of 'reasons' must be a non-empty sentence")
+    return dict(out)
+
+
+def evaluate(claims: Sequence[Claim], metrics: dict, profile: str,
+             reasons: dict[str, str] | None = None) -> list[dict]:
+    """Verdict and evidence of every claim, as JSON-able dicts.
+
+    ``reasons`` (claim key -> sentence, see :func:`reasons`) gives a *not reproduced*
+    claim its ``reason``; a reason for a key no claim has is an error (a typo).
+
+    A claim sees ``metrics`` through a view: a metric (or row) the run did not produce is
+    "not run" (:class:`MetricMissing`); a key outside the claim's declared ``metrics``
+    raises :class:`UndeclaredMetric`; any other exception in a check propagates.
+    """
     keys = [c.key for c in claims]
     if len(set(keys)) != len(keys):
         raise ValueError("evaluate: claim keys must be unique")
+    reasons = dict(reasons or {})
+    unknown = sorted(set(reasons) - set(keys))
+    if unknown:
+        raise ValueError(f"evaluate: reasons given for unknown claim keys {unknown}; claims: {', '.join(keys)}")
     out = []
     for c in claims:
         if profile not in c.profiles:
             verdict, evidence = NOT_RUN, f"needs profile {' or '.join(c.profiles)}"
         else:
             try:
-                holds, evidence = c.check(metrics)
+                holds, evidence = c.check(_Metrics(metrics, c.metrics))
                 verdict = REPRODUCED if bool(holds) else NOT_REPRODUCED
-            except KeyError as e:
+            except MetricMissing as e:
                 verdict, evidence = NOT_RUN, f"metric {e} not produced at this profile"
             except NotJudged as e:
                 verdict, evidence = NOT_RUN, str(e)
-        out.append({"key": c.key, "claim": c.text, "source": c.source, "verdict": verdict, "evidence": evidence})
+        row = {"key": c.key, "claim": c.text, "source": c.source, "verdict": verdict, "evidence": evidence}
+        if verdict == NOT_REPRODUCED:
+            row["reason"] = reasons.get(c.key) or (SMOKE_REASON if profile == "smoke" else "")
+        out.append(row)
     return out
 
 
-def claims_table(verdicts: Sequence[dict]) -> pd.DataFrame:
-    """The claims of one chapter as a table: claim, paper source, verdict, our evidence."""
-    df = pd.DataFrame(verdicts, columns=["key", "claim", "source", "verdict", "evidence"]).set_index("key")
-    return df.rename(columns={"claim": "Claim", "source": "Paper source", "verdict": "Verdict", "evidence": "Our numbers"})
+VERDICT_MARKS = {REPRODUCED: "\u2713", NOT_REPRODUCED: "\u2717", NOT_RUN: "\u25cb"}  # check, cross, circle
+
+
+class ClaimsTable:
+    """The claims of one chapter as readers see them: verdict first, full text, no key column.
+
+    In a notebook it renders as an HTML table (classes styled by ``book/_static/memlab.css``:
+    the verdict carries a colour *and* its text; on a narrow screen each claim stacks into a
+    card). ``.frame`` is the same content as a DataFrame (columns ``COLUMNS``).
+    """
+
+    COLUMNS = ["Verdict", "Claim", "Paper source", "Our numbers"]
+
+    def __init__(self, verdicts: Sequence[dict]):
+        self.rows = [dict(v) for v in verdicts]
+        for v in self.rows:
+            if v.get("verdict") not in VERDICTS:
+                raise ValueError(f"claims_table: verdict {v.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
+
+    @staticmethod
+    def _evidence(v: dict) -> str:
+        # A statistic of degenerate inputs (e.g. a correlation of constants) prints as "nan".
+        return re.sub(r"\bnan\b", "\u2013", str(v["evidence"]))
+
+    @classmethod
+    def _numbers(cls, v: dict) -> str:
+        reason = v.get("reason") or ""
+        return f"{cls._evidence(v)}. Why: {reason}" if reason else cls._evidence(v)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        data = [[v["verdict"], v["claim"], v["source"], self._numbers(v)] for v in self.rows]
+        return pd.DataFrame(data, columns=self.COLUMNS, index=pd.RangeIndex(1, len(data) + 1, name="#"))
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.COLUMNS)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __repr__(self) -> str:
+        return "\n".join(f"[{VERDICT_MARKS[v['verdict']]} {v['verdict']}] {v['claim']} ({v['source']}): "
+                         f"{self._numbers(v)}" for v in self.rows)
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        head = "".join(f"<th>{escape(c)}</th>" for c in self.COLUMNS)
+        body = []
+        for v in self.rows:
+            slug = v["verdict"].split(" at ")[0].replace(" ", "-")
+            why = (f'<span class="claim-reason"><strong>Why:</strong> {escape(v["reason"])}</span>'
+                   if v.get("reason") else "")
+            body.append(
+                f'<tr class="claim verdict-{slug}">'
+                f'<td class="claim-verdict" data-label="Verdict"><span class="verdict-badge">'
+                f'{VERDICT_MARKS[v["verdict"]]} {escape(v["verdict"])}</span></td>'
+                f'<td class="claim-text" data-label="Claim">{escape(str(v["claim"]))}</td>'
+                f'<td class="claim-source" data-label="Paper source">{escape(str(v["source"]))}</td>'
+                f'<td class="claim-evidence" data-label="Our numbers">'
+                f'<span class="claim-numbers">{escape(self._evidence(v))}</span>{why}</td></tr>'
+            )
+        return (f'<div class="memlab-claims-wrap"><table class="memlab-claims">'
+                f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+
+
+def claims_table(verdicts: Sequence[dict]) -> ClaimsTable:
+    """The claims of one chapter as a table: verdict, claim, paper source, our evidence (and reason)."""
+    return ClaimsTable(verdicts)
 
 
 def tally(verdicts: Sequence[dict]) -> dict[str, int]:

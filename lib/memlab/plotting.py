@@ -1,8 +1,11 @@
 """One figure style for the whole book; figures saved as PNG and SVG.
 
 ``publish(fig, name, chapter)`` saves the figure under
-``<book>/figures/<chapter>/<name>.{png,svg}`` and glues it (myst-nb) under the
-key ``<chapter>-<name>`` so a markdown cell shows it numbered and captioned.
+``<book>/figures/<chapter>/<name>.{png,svg}`` and glues the saved PNG (myst-nb)
+under the key ``<chapter>-<name>`` so a ``{glue:figure}`` markdown cell shows it
+numbered and captioned. The glued output is an ``image/png`` bundle, not the
+matplotlib object: myst-nb records a Figure under the Agg backend only as the
+text ``<Figure size ...>``, which is what a reader would then see.
 """
 from __future__ import annotations
 
@@ -55,14 +58,29 @@ def savefig(fig, name: str, chapter: str) -> Path:
     return png
 
 
-def publish(fig, name: str, chapter: str) -> Path:
-    """Save the figure and glue it under ``<chapter>-<name>`` for a ``{glue:figure}`` cell."""
-    path = savefig(fig, name, chapter)
+def published_figures(chapter: str) -> list[str]:
+    """Names of the figures this process has published for ``chapter``, in order."""
+    return list(_PUBLISHED.get(chapter, []))
+
+
+_PUBLISHED: dict[str, list[str]] = {}
+
+
+def publish(fig, name: str, chapter: str) -> None:
+    """Save the figure and glue its PNG under ``<chapter>-<name>`` for a ``{glue:figure}`` cell.
+
+    Returns None so that a bare ``publish(...)`` as a cell's last line shows nothing;
+    the files are at ``figure_dir(chapter) / f"{name}.png"`` (and ``.svg``).
+    """
+    png = savefig(fig, name, chapter)
+    names = _PUBLISHED.setdefault(chapter, [])
+    if name not in names:
+        names.append(name)
     try:
+        from IPython.display import Image
         from myst_nb import glue
 
-        glue(f"{chapter}-{name}", fig, display=False)
+        glue(f"{chapter}-{name}", Image(filename=str(png)), display=False)
     except ImportError:  # outside a notebook toolchain the files are what matters
         pass
     plt.close(fig)
-    return path

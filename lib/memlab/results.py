@@ -142,8 +142,13 @@ class Run:
         self.metrics.update(metrics)
 
     def payload(self, claims: list[dict] | None = None) -> dict[str, Any]:
+        import sys
+
         from memlab.chapters import CHAPTERS
 
+        # The figures this run published (in order), so the book's tests can count them on the page.
+        plotting = sys.modules.get("memlab.plotting")
+        figures = plotting.published_figures(self.chapter) if plotting is not None else []
         return {
             "chapter": self.chapter,
             "title": CHAPTERS[self.chapter].title if self.chapter in CHAPTERS else self.chapter,
@@ -151,6 +156,7 @@ class Run:
             "params": self.cfg.to_dict(),
             "metrics": self.metrics,
             "claims": claims or [],
+            "figures": figures,
             "provenance": provenance(self.cfg.profile, self.elapsed()),
         }
 

@@ -1,0 +1,279 @@
+"""The book as its readers see it, checked in a real browser (Chromium through Playwright).
+
+:func:`check_book_surfaces` opens every page of a rendered book at 1280 px and 390 px and
+collects what a reader would notice: figures that are not on the page, cut claim texts,
+NaN / PosixPath / staging paths / tracebacks, pages that scroll sideways on a phone, verdicts
+off screen, untypeset math. It also writes a screenshot of every page at both widths.
+
+It runs on two books:
+
+* the smoke book that ``tests/test_chapters.py`` builds (``test_reader_surfaces_of_smoke_book``
+  there), so every change to a chapter or to the rendering is checked from the browser;
+* the committed ``cpu`` book in ``book/`` (below: rendered only, never re-run). This one checks
+  what is published, so it fails until the chapters are republished after a change to how
+  they show figures or claims; it is skipped only when ``book/chapters`` holds no chapter.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+WIDTHS = (1280, 390)
+BAD_TEXT = re.compile(r"\bNaN\b|\bnan\b|PosixPath|\.staging-|Traceback")
+
+
+def artifacts_dir(name: str) -> Path:
+    """Where screenshots go: ``$MEMLAB_TEST_ARTIFACTS/<name>`` or ``_build/screenshots/<name>``."""
+    base = os.environ.get("MEMLAB_TEST_ARTIFACTS")
+    path = (Path(base) if base else REPO / "_build" / "screenshots") / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def chromium_or_skip() -> str:
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have Debian's chromium (scripts/setup.sh installs it)")
+        pytest.skip("needs Debian's chromium")
+    return chromium
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.split())
+
+
+def expected_figures(book: Path, chapter: str) -> int:
+    """How many figures the chapter published: the list in its results JSON, else its PNG files."""
+    res = json.loads((book / "results" / f"{chapter}.json").read_text())
+    if "figures" in res:
+        return len(res["figures"])
+    return len(list((book / "figures" / chapter).glob("*.png")))
+
+
+def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path) -> list[str]:
+    """Every problem a reader would see on the rendered book ``html`` (built from ``book``)."""
+    from playwright.sync_api import sync_playwright
+
+    chromium = chromium_or_skip()
+    local_mathjax = (html / "_static" / "mathjax" / "tex-chtml.js").exists()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    pages = ["book/intro.html", "book/scorecard.html", "book/rerunning.html", "book/bibliography.html"]
+    pages += [f"book/chapters/{c}.html" for c in chapters]
+    problems: list[str] = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path=chromium,
+                args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+            )
+            for path in pages:
+                chapter = Path(path).stem if path.startswith("book/chapters/") else None
+                source = (html / path).read_text(encoding="utf-8")
+                if "&lt;Figure size" in source or "<Figure size" in source:
+                    problems.append(f"{path}: shows a matplotlib repr ('<Figure size ...') instead of a figure")
+                for width in WIDTHS:
+                    page = browser.new_page(viewport={"width": width, "height": 900})
+                    # Only loopback exists here: CDN requests fail fast instead of hanging.
+                    page.route(re.compile(r"^https?://(?!127\.0\.0\.1).*"), lambda route: route.abort())
+                    page.goto(f"{base}/{path}", wait_until="load")
+                    has_math = page.evaluate("document.querySelectorAll('.math').length") > 0
+                    if has_math and local_mathjax:
+                        try:
+                            page.wait_for_selector("mjx-container", state="attached", timeout=30000)
+                        except Exception:  # noqa: BLE001 - reported as the problem it is
+                            problems.append(f"{path} @{width}: math is not typeset (no mjx-container)")
+                    page.wait_for_timeout(300)
+                    page.screenshot(path=str(shots / f"{path.replace('/', '_')[:-5]}-{width}.png"), full_page=True)
+                    text = page.evaluate("document.body.innerText")
+                    # What the page says, without the code of its cells (np.nan there is fine).
+                    prose = page.evaluate(
+                        """() => { const a = (document.querySelector('article') || document.body).cloneNode(true);
+                                   a.querySelectorAll('.cell_input, div.highlight, pre').forEach(e => e.remove());
+                                   return a.textContent; }""")
+                    for m in BAD_TEXT.finditer(prose):
+                        ctx = _norm(prose[max(0, m.start() - 60): m.end() + 60])
+                        problems.append(f"{path} @{width}: shows {m.group(0)!r} ... {ctx} ...")
+                        break
+                    cut = page.evaluate(
+                        "Array.from(document.querySelectorAll('td, th')).map(c => c.innerText.trim())"
+                        ".filter(t => t.endsWith('...'))"
+                    )
+                    problems += [f"{path} @{width}: table cell cut: {c[-70:]!r}" for c in cut[:3]]
+                    if width == 390:
+                        sw = page.evaluate("document.documentElement.scrollWidth")
+                        if sw > width + 1:
+                            wide = page.evaluate(
+                                """w => Array.from(document.querySelectorAll('article *'))
+                                     .filter(e => e.getBoundingClientRect().right > w + 1)
+                                     .filter(e => !e.closest('.memlab-table-wrap, .cell_output, pre, mjx-container'))
+                                     .slice(0, 3).map(e => e.tagName + '.' + e.className + ': '
+                                                      + (e.innerText || '').slice(0, 40))""", width)
+                            problems.append(f"{path} @390: page scrolls sideways (scrollWidth {sw}); e.g. {wide}")
+                        off = page.evaluate(
+                            """w => Array.from(document.querySelectorAll('td.claim-verdict')).filter(td => {
+                                 const r = td.getBoundingClientRect(); return r.left < 0 || r.right > w + 1;
+                               }).length""", width)
+                        if off:
+                            problems.append(f"{path} @390: {off} verdict cells outside the viewport")
+                    if chapter is not None:
+                        n_fig = page.evaluate(
+                            """Array.from(document.querySelectorAll('figure img, div.figure img'))
+                                 .filter(i => i.complete && i.naturalWidth > 100).length""")
+                        want = expected_figures(book, chapter)
+                        if n_fig != want:
+                            problems.append(f"{path} @{width}: {n_fig} figures on the page, the chapter "
+                                            f"published {want}")
+                        verdicts = page.evaluate(
+                            "Array.from(document.querySelectorAll('td.claim-verdict')).length")
+                        res = json.loads((book / "results" / f"{chapter}.json").read_text())
+                        if verdicts != len(res["claims"]):
+                            problems.append(f"{path} @{width}: {verdicts} verdict cells for "
+                                            f"{len(res['claims'])} claims")
+                        flat = _norm(text)
+                        for c in res["claims"]:
+                            if _norm(c["claim"]) not in flat:
+                                problems.append(f"{path}: claim not shown in full: {c['claim'][:60]!r}")
+                            if c["verdict"] == "not reproduced" and not c.get("reason"):
+                                problems.append(f"{path}: 'not reproduced' without a reason: {c['key']}")
+                    page.close()
+            browser.close()
+    finally:
+        server.shutdown()
+    return problems
+
+
+def _published_chapters() -> list[str]:
+    from memlab.chapters import CHAPTERS
+
+    return [c for c in CHAPTERS if (REPO / "book" / "chapters" / f"{c}.ipynb").exists()
+            and (REPO / "book" / "results" / f"{c}.json").exists()]
+
+
+@pytest.mark.slow
+def test_committed_cpu_book_as_readers_see_it(tmp_path):
+    """The published book in book/ (render only). Fails until the chapters are republished after a
+    change to how figures or claims are shown; skipped only when book/chapters holds no chapter."""
+    chapters = _published_chapters()
+    if not chapters:
+        pytest.skip("book/chapters holds no executed chapter")
+    chromium_or_skip()
+    from memlab import cli
+
+    root = tmp_path / "cpu-book"
+    root.mkdir()
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy(REPO / name, root / name)
+    shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns(".staging-*"))
+    cli.render(root=root, out=root / "_build")
+    problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters, artifacts_dir("cpu-book"))
+    assert not problems, "\n".join(problems)
+
+
+def test_render_refuses_a_missing_root_in_one_line(capsys, tmp_path):
+    from memlab import cli
+
+    assert cli.main(["render", "--root", str(tmp_path / "nonexistent")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nonexistent" in err[0] and "_config.yml" in err[0], err
+
+
+def test_repository_buttons_follow_the_setting(monkeypatch):
+    from memlab import cli
+    from memlab.config import ConfigError
+
+    monkeypatch.delenv(cli.REPO_URL_ENV, raising=False)
+    conf = {"repository": {"url": ""}, "html": {"use_repository_button": True}}
+    assert cli.repository_url(conf) == ""
+    cli._apply_repository(conf, "")
+    assert conf["html"]["use_repository_button"] is False and conf["html"]["use_issues_button"] is False
+    assert conf["launch_buttons"]["binderhub_url"] == "" and conf["launch_buttons"]["colab_url"] == ""
+    monkeypatch.setenv(cli.REPO_URL_ENV, "https://github.com/someone/memlab/")
+    url = cli.repository_url(conf)
+    assert url == "https://github.com/someone/memlab"
+    cli._apply_repository(conf, url)
+    assert conf["repository"]["url"] == url and conf["html"]["use_issues_button"] is True
+    monkeypatch.setenv(cli.REPO_URL_ENV, "github.com/x")
+    with pytest.raises(ConfigError, match="MEMLAB_REPO_URL.*http"):
+        cli.repository_url(conf)
+
+
+def test_published_figure_is_an_image_bundle(tmp_path, monkeypatch):
+    """publish() glues the saved PNG (image/png), never the matplotlib object (text/plain only)."""
+    monkeypatch.setenv("MEMLAB_OUTPUT_DIR", str(tmp_path))
+    from memlab import plotting
+
+    glued = {}
+    monkeypatch.setattr("myst_nb.glue", lambda key, obj, display=True: glued.update({key: obj}))
+    fig, ax = plotting.figure("single")
+    ax.plot([0, 1], [0, 1])
+    assert plotting.publish(fig, "line", "fake") is None
+    img = glued["fake-line"]
+    bundle = img._repr_mimebundle_()
+    data = bundle[0] if isinstance(bundle, tuple) else bundle
+    assert "image/png" in data and img.data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "figures" / "fake" / "line.png").exists() and (tmp_path / "figures" / "fake" / "line.svg").exists()
+    assert plotting.published_figures("fake") == ["line"]
+
+
+def test_claims_table_shows_full_text_verdict_first_and_reasons():
+    from memlab import paper
+
+    long = "a claim whose text is much longer than fifty characters, so pandas would cut it " * 2
+    rows = [
+        {"key": "k1", "claim": long, "source": "Table 1", "verdict": paper.REPRODUCED, "evidence": "x = 2"},
+        {"key": "k2", "claim": "b < c", "source": "Fig. 2", "verdict": paper.NOT_REPRODUCED,
+         "evidence": "b = 3", "reason": "the effect is absent at this scale."},
+    ]
+    table = paper.claims_table(rows)
+    html = table._repr_html_()
+    assert long.strip() in html and "k1" not in html and "b &lt; c" in html
+    assert html.index("claim-verdict") < html.index("claim-text")
+    assert "\u2713 reproduced" in html and "\u2717 not reproduced" in html
+    assert "the effect is absent at this scale." in html
+    assert list(table.frame.columns) == ["Verdict", "Claim", "Paper source", "Our numbers"]
+    with pytest.raises(ValueError, match="verdict"):
+        paper.claims_table([{**rows[0], "verdict": "maybe"}])
+
+
+def test_every_reason_names_a_real_claim():
+    from memlab import paper
+    from memlab.chapters import CHAPTERS
+    from memlab.config import chapter_module
+
+    for chapter in CHAPTERS:
+        reasons = paper.reasons(chapter)
+        claims = chapter_module(chapter).claims()
+        paper.evaluate(claims, {}, "smoke", reasons=reasons)  # raises on a key no claim has
+        assert all(r.strip().endswith(".") for r in reasons.values()), chapter
+    with pytest.raises(ValueError, match="unknown claim keys"):
+        paper.evaluate([], {}, "cpu", reasons={"nope": "x."})
+
+
+def test_dataframes_render_without_nan_or_default_index():
+    import numpy as np
+    import pandas as pd
+
+    from memlab import tables
+
+    html = tables.to_html(pd.DataFrame({"paper": [0.9, np.nan], "ours": [0.8, 0.7]}))
+    assert "NaN" not in html and "\u2013" in html and tables.NOTE in html
+    assert "<th>0</th>" not in html and "memlab-table-wrap" in html
+    assert tables.NOTE not in tables.to_html(pd.DataFrame({"a": [1.0]}, index=["x"]))
