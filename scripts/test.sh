@@ -4,7 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# One intra-op thread: see the note in memlab/cli.py (torch CPU backward crash with 2 threads).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
+# The AVX2 leg: the vision training and unlearning tests again with oneDNN and ATen capped at
+# AVX2, the path of AVX2-only CPUs (AMD EPYC, older Intel), whatever CPU runs the suite.
+# benchmarks/repro_onednn_channels_last.py shows the defect this leg guards against.
+echo "test: AVX2 leg (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)"
+ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m pytest -q -p no:cacheprovider \
+  tests/test_models_train_metrics.py tests/test_unlearning_methods.py tests/test_bn.py tests/test_bn_illusion.py
+echo "test: full suite (native CPU path; tests/test_cpu_paths.py also runs the AVX2 path in subprocesses)"
 exec .venv/bin/python -m pytest tests "$@"
