@@ -21,16 +21,14 @@ FAKE_NOTEBOOK = '''
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # random seed
-n: int | None = None  # None: profile default
-fail: bool = False  # raise in the third cell
+params: dict = {}  # overrides of SPEC's parameters
 
 # %%
 import sys
 sys.path.insert(0, {spec_dir!r})
 import fake_spec
 from memlab import config, plotting, results
-cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, seed=seed, n=n, fail=fail)
+cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 
 # %%

@@ -32,7 +32,7 @@ def test_none_override_means_profile_default_and_values_normalised():
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ({"nope": 1}, "parameter 'nope': unknown"),
+        ({"nope": 1}, "parameter 'nope': not a parameter of chapter 'x'"),
         ({"width": "wide"}, "parameter 'width': must be an integer"),
         ({"width": 0}, "parameter 'width': must be an integer in [1, 512]"),
         ({"width": 2.5}, "parameter 'width'"),

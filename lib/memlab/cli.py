@@ -1,13 +1,14 @@
 """Command line: run a chapter, run every chapter, render the book.
 
-    memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--no-cache] [--book-dir DIR]
+    memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--dry-run] [--no-cache] [--book-dir DIR]
     memlab book [--profile P] [--chapters ID ...]
     memlab render [--root DIR]
     memlab list
 
-``run`` checks the chapter name, every parameter name against the notebook's
-parameters cell and every value against the chapter's SPEC before executing
-anything; it executes into a staging folder and publishes the notebook,
+``run`` checks the chapter name, every parameter name and value against the
+chapter's SPEC (the one declaration of its parameters; ``memlab list`` prints
+it) before executing anything; the notebook receives ``profile`` and a
+``params`` dict of the overrides. It executes into a staging folder and publishes the notebook,
 results and figures into ``book/`` only when the whole chapter succeeded, so
 a failed run leaves the previous good outputs in place.
 """
@@ -26,21 +27,60 @@ from typing import Any, Sequence
 import yaml
 
 from memlab.chapters import CHAPTERS
-from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, repo_root
+from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
 
 
 class RunError(RuntimeError):
     """A chapter failed while executing; the message names the chapter and the cell."""
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value as YAML (``3`` -> int, ``0.5`` -> float, ``[a, b]`` -> list, ``none`` -> None)."""
-    if text.strip().lower() in ("none", "null", "~"):
+def parse_value(text: str, param: Param | None = None, name: str = "value") -> Any:
+    """A command-line value, read for ``param`` (its kind decides; see :func:`memlab.config.parse_text`).
+
+    Without ``param`` the kind is guessed by the same strict rules: ``3`` -> int, ``1e-3`` / ``.inf``
+    -> float, ``true`` -> bool, ``[a, b]`` -> list of strings, ``none`` -> None, else the text.
+    """
+    from memlab import config
+
+    if param is not None:
+        return config.parse_text(name, text, param)
+    t = text.strip()
+    if t in ("none", "None", "null", "~"):
         return None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+    for kind in (int, float, bool):
+        try:
+            return config.parse_text(name, t, Param(kind, None))
+        except ConfigError:
+            pass
+    if t.startswith("["):
+        return config.parse_text(name, t, Param(list, None))
+    return config.parse_text(name, t, Param(str, None))
+
+
+def parse_params(chapter: str, pairs: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """``-p NAME VALUE`` pairs as typed values, each read by its SPEC entry; one-line errors naming NAME.
+
+    ``profile`` is refused (it is ``--profile``), a name given twice is refused, and an unknown
+    name is refused with the nearest names of the chapter.
+    """
+    from memlab import config
+
+    if chapter not in CHAPTERS:
+        raise ConfigError(f"chapter {chapter!r}: must be one of {', '.join(CHAPTERS)}")
+    names = [n for n, _ in pairs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"parameter {dup[0]!r}: given more than once")
+    spec = config.chapter_module(chapter).SPEC
+    out = {}
+    for name, text in pairs:
+        if name == "profile":
+            raise ConfigError("parameter 'profile': choose it with --profile, not -p profile")
+        pname, p = config.find_param(spec, name)
+        if p is None:
+            raise config.unknown_parameter(chapter, spec, name)
+        out[name] = parse_value(text, p, name) if isinstance(text, str) else text
+    return out
 
 
 def notebook_from_source(chapter: str, root: Path) -> "nbformat.NotebookNode":  # noqa: F821
@@ -77,25 +117,27 @@ def notebook_parameters(nb) -> dict[str, str]:
 
 
 def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> tuple[Any, Any]:
-    """Check chapter, parameter names and values; return (notebook, resolved config)."""
+    """Check chapter, parameter names and values against the chapter's SPEC; return (notebook, config).
+
+    ``params`` maps names (``lr``, ``SalUn.lr``) to typed values or to command-line text. The
+    notebook's parameters cell must declare ``profile`` and ``params``, which papermill sets.
+    """
     from memlab.config import resolve
 
     if chapter not in CHAPTERS:
         raise ConfigError(f"chapter {chapter!r}: must be one of {', '.join(CHAPTERS)}")
     if profile not in PROFILES:
         raise ConfigError(f"parameter 'profile': must be one of {', '.join(PROFILES)} (got {profile!r})")
+    params = parse_params(chapter, list(params.items()))
     nb = notebook_from_source(chapter, root)
-    allowed = notebook_parameters(nb)
-    for name in params:
-        if name not in allowed:
-            raise ConfigError(
-                f"parameter {name!r}: not a parameter of chapter {chapter!r}; allowed: {', '.join(sorted(allowed))}"
-            )
+    missing = [n for n in ("profile", "params") if n not in notebook_parameters(nb)]
+    if missing:
+        raise ConfigError(f"chapter {chapter!r}: the notebook's parameters cell must declare profile and params "
+                          f"(missing: {', '.join(missing)})")
     data_env = os.environ.get("MEMLAB_DATA_ROOT")
     if data_env and not Path(data_env).expanduser().is_dir():
         raise ConfigError(f"parameter 'data_root': MEMLAB_DATA_ROOT={data_env!r} is not a folder")
-    overrides = {k: v for k, v in params.items() if k not in ("profile",)}
-    cfg = resolve(chapter, profile=profile, **overrides)
+    cfg = resolve(chapter, profile=profile, **params)
     return nb, cfg
 
 
@@ -157,7 +199,8 @@ def run_chapter(
         src_nb = staging / "source.ipynb"
         nbformat.write(nb, src_nb)
         out_nb = staging / "chapters" / f"{chapter}.ipynb"
-        parameters = {"profile": profile, **params}
+        # the notebook's parameters cell holds only these two; SPEC declares the rest
+        parameters = {"profile": profile, "params": parse_params(chapter, list(params.items()))}
         start = time.perf_counter()
         try:
             papermill.execute_notebook(
@@ -387,7 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("chapter", help="chapter id: " + ", ".join(CHAPTERS))
     r.add_argument("--profile", default=DEFAULT_PROFILE, help="smoke | cpu | paper (default cpu)")
     r.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                   help="override a parameter (value parsed as YAML: 3, 0.5, [1, 2], none)")
+                   help="override a parameter that `memlab list` shows, e.g. -p epochs 2, -p lr 1e-3, "
+                        "-p budgets '[10, 30]', -p SalUn.lr 0.01 (a method's hyperparameter)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="validate and print the resolved configuration as JSON; run nothing")
     r.add_argument("--no-cache", action="store_true", help="re-train instead of loading cached models")
     r.add_argument("--cache-dir", default=None, help="folder of the model cache (default data/cache/models)")
     r.add_argument("--allow-download", action="store_true", help="let loaders reach the network (hub, torchvision)")
@@ -403,15 +449,81 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _split_param_pairs(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """Take every ``-p NAME VALUE`` out of ``argv`` verbatim, so that a value such as ``-.inf`` or
+    ``-3`` is not mistaken for an option (argparse would); the rest goes to argparse."""
+    rest, pairs, i = [], [], 0
+    while i < len(argv):
+        if argv[i] in ("-p", "--param") and i + 2 < len(argv) and not argv[i + 1].startswith("-"):
+            pairs.append((argv[i + 1], argv[i + 2]))
+            i += 3
+        else:
+            rest.append(argv[i])
+            i += 1
+    return rest, pairs
+
+
+def _default_text(p: Param, key: str | None = None, group_param: Param | None = None) -> str:
+    """A parameter's default per profile: ``0`` or ``smoke 4 | cpu 8 | paper 64``."""
+    def fmt(v):
+        return "''" if v == "" else str(v).replace("'", "") if isinstance(v, list) else str(v)
+
+    if group_param is not None:  # GROUP.KEY: the profile's value, else the module default
+        group, k = key.split(".", 1)
+        vals = {pr: group_param.default_for(pr).get(group, {}).get(k, p.default) for pr in PROFILES}
+    else:
+        vals = {pr: p.default_for(pr) for pr in PROFILES}
+    if len({repr(v) for v in vals.values()}) == 1:
+        return fmt(vals[PROFILES[0]])
+    return " | ".join(f"{pr} {fmt(v)}" for pr, v in vals.items())
+
+
+def _kind_text(p: Param) -> str:
+    kind = f"list[{p.item.__name__}]" if p.kind is list and p.item else p.kind.__name__
+    parts = [kind]
+    if p.choices is not None:
+        parts.append(("items from " if p.kind is list else "one of ") + ", ".join(map(str, p.choices)))
+    if p.range_text():
+        parts.append(("items " if p.kind is list else "") + p.range_text())
+    if p.allow_none:
+        parts.append("or none")
+    return ", ".join(parts)
+
+
+def list_lines(chapter: str) -> list[str]:
+    """``memlab list`` for one chapter: one line per name ``-p`` accepts (kind, range, default per profile)."""
+    from memlab.config import chapter_module
+
+    lines = []
+    for name, p in chapter_module(chapter).SPEC.items():
+        if p.kind is dict:
+            lines.append(f"    {name}: {p.doc} (set one as -p METHOD.KEY VALUE)")
+            for group, keys in p.schema.items():
+                for key, sub in keys.items():
+                    dotted = f"{group}.{key}"
+                    lines.append(f"      {dotted:<26} {_kind_text(sub)}; default {_default_text(sub, dotted, p)}")
+            continue
+        doc = f" -- {p.doc}" if p.doc else ""
+        lines.append(f"    {name:<28} {_kind_text(p)}; default {_default_text(p)}{doc}")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, pairs = _split_param_pairs(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if pairs and args.command != "run":
+        parser.error(f"-p is an option of 'memlab run', not of 'memlab {args.command}'")
     try:
         if args.command == "run":
-            names = [n for n, _ in args.param]
-            dup = {n for n in names if names.count(n) > 1}
-            if dup:
-                raise ConfigError(f"parameter {sorted(dup)[0]!r}: given more than once")
-            params = {n: parse_value(v) for n, v in args.param}
+            params = parse_params(args.chapter, pairs)
+            if args.dry_run:
+                import json
+
+                _, cfg = validate(args.chapter, args.profile, params, repo_root())
+                print(json.dumps(cfg.to_dict(), indent=1))
+                return 0
             if args.cache_dir:
                 os.environ["MEMLAB_CACHE"] = str(Path(args.cache_dir).expanduser().resolve())
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
@@ -426,13 +538,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
         elif args.command == "list":
-            from memlab.config import chapter_module
-
+            print("Set any of these with: memlab run CHAPTER --profile P -p NAME VALUE (defaults per profile)")
             for cid, ch in CHAPTERS.items():
                 print(f"{cid}: {ch.title}")
                 try:
-                    for name, p in chapter_module(cid).SPEC.items():
-                        print(f"    {name}: {p.doc or p.kind.__name__} (default {p.default})")
+                    print("\n".join(list_lines(cid)))
                 except ImportError as e:
                     print(f"    (not available: {e})")
         return 0

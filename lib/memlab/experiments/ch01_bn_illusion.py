@@ -25,7 +25,7 @@ from sklearn.preprocessing import StandardScaler
 from torch import nn
 
 from memlab import bn, cache
-from memlab.config import ConfigError, Param, device, seed_everything
+from memlab.config import SEED_HIGH, ConfigError, Param, device, require_memory, seed_everything
 from memlab.data import vision
 from memlab.models.resnet import resnet18
 from memlab.models.vit import vit_small
@@ -45,16 +45,16 @@ NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 OOD_SOURCES = ("patch_shuffle", "cifar100")
 
 SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, doc="first seed; seeds are seed, seed+1, ..."),
+    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="first seed; seeds are seed, seed+1, ..."),
     "n_seeds": Param(int, {"smoke": 1, "cpu": 1, "paper": 3}, low=1, high=10, doc="seeds per Table 1 row"),
     "dataset": Param(str, "cifar10", choices=("cifar10", "cifar100"), doc="CIFAR-100 needs its images (paper)"),
     "forget_class": Param(int, 0, low=0, doc="first class to forget"),
     "n_forget_classes": Param(int, 1, low=1, high=10, doc="forget classes forget_class, forget_class+1, ..."),
     "width": Param(int, {"smoke": 4, "cpu": 8, "paper": 64}, low=1, doc="ResNet-18 stem channels"),
-    "train_per_class": Param(int, {"smoke": 20, "cpu": 200, "paper": 5000}, low=1,
-                             doc="training images per class"),
-    "test_per_class": Param(int, {"smoke": 20, "cpu": 250, "paper": 1000}, low=1,
-                            doc="test images of each forget class used for forget accuracy"),
+    "train_per_class": Param(int, {"smoke": 20, "cpu": 200, "paper": 5000}, low=1, high=5000,
+                             doc="training images per class (CIFAR-10 has 5000, CIFAR-100 500)"),
+    "test_per_class": Param(int, {"smoke": 20, "cpu": 250, "paper": 1000}, low=1, high=1000,
+                            doc="test images of each forget class used for forget accuracy (CIFAR: <= 1000)"),
     "eval_retain": Param(int, {"smoke": 60, "cpu": 300, "paper": 45000}, low=1,
                          doc="retain training images for Pre-R / Post-R (capped by the retain set)"),
     "epochs": Param(int, {"smoke": 2, "cpu": 10, "paper": 182}, low=1, doc="epochs of Original and Retrain"),
@@ -108,9 +108,16 @@ def _check_budgets(cfg) -> None:
 
 
 def _check_sizes(cfg) -> None:
-    if cfg.test_per_class > 1000:
-        raise ConfigError(f"parameter 'test_per_class': CIFAR test sets hold at most 1000 images per class "
-                          f"(got {cfg.test_per_class})")
+    per_class = {"cifar10": (5000, 1000), "cifar100": (500, 100)}[cfg.dataset]
+    for name, cap in zip(("train_per_class", "test_per_class"), per_class):
+        if cfg[name] > cap:
+            raise ConfigError(f"parameter {name!r}: {cfg.dataset} holds {cap} images per class "
+                              f"(got {cfg[name]})")
+    from memlab.models.resnet import train_memory_bytes
+
+    batch = max(cfg.batch_size, cfg.recal_batch, *(h.get("batch_size", 256) for h in cfg.method_hparams.values()))
+    require_memory("width", train_memory_bytes(cfg.width, batch, NUM_CLASSES[cfg.dataset]),
+                   f"a ResNet-18 of width {cfg.width} at batch {batch}")
     if cfg.lp_per_class > cfg.train_per_class or cfg.relearn_samples > cfg.train_per_class:
         raise ConfigError(f"parameter 'lp_per_class': lp_per_class and relearn_samples must be <= train_per_class "
                           f"({cfg.train_per_class}) (got {cfg.lp_per_class}, {cfg.relearn_samples})")
@@ -156,12 +163,49 @@ METHOD_HPARAMS: dict[str, dict[str, dict]] = {
     "paper": {name: {} for name in METHODS if name != "Retrain"},
 }
 
+# Ranges of the methods' hyperparameters by key name (others: integers >= 0, numbers >= 0).
+_HP_RANGES = {
+    "batch_size": dict(low=1), "noise_batch": dict(low=1), "positions": dict(low=1),
+    "retain_samples": dict(low=1), "retain_per_class": dict(low=1), "epochs": dict(low=1),
+    "mask_ratio": dict(low=0.0, high=1.0, closed="right"), "retain_mix": dict(low=0.0, high=1.0, closed="left"),
+    "retain_fraction": dict(low=0.0, high=1.0), "threshold": dict(low=0.0, high=1.0, closed="neither"),
+    "kd_T": dict(low=0.0, closed="neither"), "lam": dict(low=0.0, closed="neither"),
+}
+
+
+def _hparam_schema() -> dict[str, dict[str, Param]]:
+    """Method -> key -> Param, from each unlearning module's DEFAULTS (``seed`` is the chapter's)."""
+    import sys
+
+    schema = {}
+    for name in METHODS:
+        if name == "Retrain":  # follows the chapter's epochs / batch_size / lr
+            continue
+        defaults = sys.modules[registry.get(name).fn.__module__].DEFAULTS
+        schema[name] = {}
+        for key, v in defaults.items():
+            if key == "seed":
+                continue
+            rng = _HP_RANGES.get(key) or (dict(low=0.0, closed="neither") if "lr" in key else dict(low=0))
+            schema[name][key] = Param(type(v), v, doc=f"{name} hyperparameter (memlab.unlearning)", **rng)
+    return schema
+
+
+# Per-method hyperparameters are one SPEC entry: set one as -p SalUn.lr 0.01 (METHOD.KEY).
+SPEC["method_hparams"] = Param(dict, METHOD_HPARAMS, schema=_hparam_schema(),
+                               doc="per-method hyperparameters (profile values over each module's DEFAULTS)")
+
 
 def method_hparams(cfg, name: str, seed: int, **overrides) -> dict:
-    """The hyperparameters of ``name`` at ``cfg.profile`` for ``seed`` (Retrain follows the chapter schedule)."""
+    """The hyperparameters of ``name`` in ``cfg`` for ``seed`` (Retrain follows the chapter schedule).
+
+    Holds only the keys the profile (or a ``-p METHOD.KEY`` override) sets; the method fills
+    the rest from its module's DEFAULTS. The dict is part of the unlearned model's cache key.
+    """
     if name == "Retrain":
         return dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed)
-    return {**METHOD_HPARAMS[cfg.profile][name], **overrides, "seed": seed}
+    groups = cfg.get("method_hparams") or METHOD_HPARAMS[cfg.profile]
+    return {**groups.get(name, {}), **overrides, "seed": seed}
 
 # ----------------------------------------------------------------------------- data
 
@@ -717,11 +761,21 @@ def _sampling_error(m):
     return after < 0.1 * before, f"half-vs-full recalibration gap {after:.4f}; largest mean pre-recalibration gap {before:.4f}"
 
 
+
+# Every metric key the chapter records (run.record); a claim reading another key is a typo
+# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+METRIC_KEYS: tuple[str, ...] = (
+    'original', 'forget_classes', 'ood_source', 'table1', 'bn_modes', 'recal_weights_unchanged',
+    'recal_models_checked', 'table2', 'table2_cifar100', 'figure1a', 'figure1b', 'recovery_b10_test',
+    'smallest_budget', 'relearn_curves', 'gn_table', 'vit_table', 'correlations', 'appendix_h',
+    'appendix_q', 'misalignment',
+)
+
 def claims():
     """The paper's headline claims as predicates over this chapter's metrics."""
-    from memlab.paper import Claim
+    from memlab.paper import Claim, declare
 
-    return [
+    return declare(METRIC_KEYS, [
         Claim("six_of_nine", f"Six of nine methods have ΔF of at least {GAP_PP} pp", "Section 4, Table 1", _six_of_nine),
         Claim("badteacher_flip", "BadTeacher shows the largest flip (+78 pp)", "Table 1", _badteacher_largest),
         Claim("zero_rows", f"Retrain, SCRUB, GA and GA+FT show no gap (|ΔF| <= {ZERO_TOL_PP} pp here)", "Table 1",
@@ -747,4 +801,4 @@ def claims():
               "NC-residual (BN bias masks encoder leakage)", "Table 2", _c100_masking),
         Claim("sampling_error", "The operator's sampling error is small next to the misalignment it removes "
               "(paper: 0.0016-0.0018 vs up to 0.3402)", "Appendix B.3, Figure 2", _sampling_error),
-    ]
+    ])

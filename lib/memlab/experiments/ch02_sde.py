@@ -29,7 +29,7 @@ from sklearn.metrics import f1_score
 from torch import nn
 
 from memlab import cache, sde
-from memlab.config import ConfigError, Param, seed_everything
+from memlab.config import SEED_HIGH, ConfigError, Param, require_memory, seed_everything
 from memlab.data.splits import random_split
 from memlab.data.vision import load_cifar
 from memlab.models.resnet import resnet18
@@ -50,7 +50,7 @@ def _p(smoke, cpu, paper):
 
 
 SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, doc="seed of data splits, initialisation, subsets and shuffles"),
+    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of data splits, initialisation, subsets and shuffles"),
     "n_per_class": Param(int, _p(30, 150, 5000), low=10, high=5000, doc="training images per CIFAR-10 class"),
     "n_test_per_class": Param(int, _p(20, 100, 1000), low=5, high=1000, doc="test images per class"),
     "width": Param(int, _p(4, 8, 64), low=1, doc="ResNet-18 stem width (64 in the paper)"),
@@ -107,7 +107,14 @@ def _check_sizes_fit(cfg) -> None:
             f"{main_size(cfg)} (the subset size nearest R={cfg.forget_fraction})")
 
 
-CHECKS = [_check_pairs, _check_sizes_fit]
+def _check_memory(cfg) -> None:
+    from memlab.models.resnet import train_memory_bytes
+
+    require_memory("width", train_memory_bytes(cfg.width, cfg.batch_size),
+                   f"a ResNet-18 of width {cfg.width} at batch {cfg.batch_size}")
+
+
+CHECKS = [_check_pairs, _check_sizes_fit, _check_memory]
 
 
 def main_size(cfg) -> int:
@@ -574,6 +581,13 @@ def _early(m):
     return m["early_f1"] >= 0.7, f"early-model SDE F1 {m['early_f1']:.2f} (final model {m['f1']['SDE'][m['main_column']]:.2f})"
 
 
+
+# Every metric key the chapter records (run.record); a claim reading another key is a typo
+# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+METRIC_KEYS: tuple[str, ...] = (
+    'f1', 'main_column', 'table3', 'size_sweep', 'bandwidth', 'depth', 'early_f1', 'early_epochs',
+)
+
 def claims():
     """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim).
 
@@ -581,11 +595,11 @@ def claims():
     """
     from functools import partial
 
-    from memlab.paper import Claim as _Claim
+    from memlab.paper import Claim as _Claim, declare
 
     Claim = partial(_Claim, profiles=("cpu", "paper"))
 
-    return [
+    return declare(METRIC_KEYS, [
         Claim("controlled", "SDE separates in- from out-of-training subsets of CIFAR-10 (F1 >= 0.8 at every R)",
               "Table 1", _sde_controlled),
         Claim("beats_baselines", "SDE beats MMD and Wasserstein distance on the same task", "Table 2",
@@ -599,4 +613,4 @@ def claims():
               _deeper_better),
         Claim("early", "Even a model at 20% of its training shows the dependence (SDE F1 >= 0.7)", "Findings",
               _early),
-    ]
+    ])

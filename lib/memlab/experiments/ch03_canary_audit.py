@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from memlab import cache, canaries
-from memlab.config import ConfigError, Param, autocast, device, seed_everything
+from memlab.config import SEED_HIGH, ConfigError, Param, autocast, device, seed_everything
 from memlab.data import authors as A
 from memlab.progress import progress
 
@@ -39,8 +39,8 @@ DRIFT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
 SUPPRESS = "suppress"
 
 SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, doc="seed of the authors, tokenizer and pre-training"),
-    "seeds": Param(list, [0, 1], item=int, low=0, doc="memorisation + unlearning seeds of the BIO K-sweep"),
+    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the authors, tokenizer and pre-training"),
+    "seeds": Param(list, [0, 1], item=int, low=0, high=SEED_HIGH, doc="memorisation + unlearning seeds of the BIO K-sweep"),
     "model": Param(str, {"smoke": SMALL, "cpu": SMALL, "paper": PAPER_MODEL},
                    doc="'small' (pre-trained here) or a transformers model name/folder"),
     "drift_model": Param(str, {"smoke": SUPPRESS, "cpu": SUPPRESS, "paper": DRIFT_MODEL},
@@ -49,9 +49,10 @@ SPEC: dict[str, Param] = {
     "allow_download": Param(bool, False, doc="let from_pretrained reach the hub"),
     "n_authors": Param(int, {"smoke": 8, "cpu": 30, "paper": 60}, low=2, high=A.MAX_AUTHORS),
     "head_len": Param(int, 6, low=1, doc="canary tokens given in the probe"),
-    "vocab_size": Param(int, {"smoke": 1024, "cpu": 2048, "paper": 2048}, low=300),
-    "hidden": Param(int, {"smoke": 64, "cpu": 128, "paper": 256}, low=16),
-    "layers": Param(int, {"smoke": 1, "cpu": 2, "paper": 4}, low=1),
+    # caps: a small model pre-trained here on CPU (the paper's models come by name)
+    "vocab_size": Param(int, {"smoke": 1024, "cpu": 2048, "paper": 2048}, low=300, high=65536),
+    "hidden": Param(int, {"smoke": 64, "cpu": 128, "paper": 256}, low=16, high=4096),
+    "layers": Param(int, {"smoke": 1, "cpu": 2, "paper": 4}, low=1, high=48),
     "pretrain_steps": Param(int, {"smoke": 20, "cpu": 400, "paper": 2000}, low=1),
     "pretrain_lr": Param(float, 3e-3, low=1e-6, high=1.0),
     "n_sentences": Param(int, {"smoke": 100, "cpu": 1500, "paper": 4000}, low=10,
@@ -799,15 +800,23 @@ def _claim_seed1(m):
     return lo > 0, f"seed 1, audited K: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] (paper +0.18 [0.05, 0.32])"
 
 
+
+# Every metric key the chapter records (run.record); a claim reading another key is a typo
+# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+METRIC_KEYS: tuple[str, ...] = (
+    'k_values', 'ksweep', 'audit_k', 'anatomy', 'parser_flip', 'parser_flip_by_k',
+    'natural_tag_missing', 'templates', 'ga', 'retain',
+)
+
 def claims():
     """The paper's claims as predicates over this chapter's metrics."""
     from functools import partial
 
-    from memlab.paper import Claim as _Claim
+    from memlab.paper import Claim as _Claim, declare
 
     # smoke models are untrained toys: a verdict there would mean nothing
     Claim = partial(_Claim, profiles=("cpu", "paper"))
-    return [
+    return declare(METRIC_KEYS, [
         Claim("bypass", "After answer-masked NPO the parser-split gap (thk leak - out acc) is positive with a CI "
               "excluding 0", "Sec. 4.1", _claim_bypass),
         Claim("suppressed", "NPO lowers out acc while the thinking trace keeps emitting the canary more often",
@@ -828,4 +837,4 @@ def claims():
         Claim("retain_drop", "NPO costs retain accuracy on generic probes by the largest K", "App. G", _claim_retain),
         Claim("seed1_gap", "On a second seed the largest-K gap is again positive with a CI excluding 0", "App. F",
               _claim_seed1),
-    ]
+    ])

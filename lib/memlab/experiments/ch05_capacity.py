@@ -28,7 +28,7 @@ import torch
 
 from memlab import cache, paper
 from memlab import capacity as cap
-from memlab.config import ConfigError, Param, device, seed_everything
+from memlab.config import SEED_HIGH, ConfigError, Param, device, require_memory, seed_everything
 from memlab.data.synthetic import uniform_tokens
 from memlab.models import gpt2_small as g2
 
@@ -41,7 +41,7 @@ def _p(smoke, cpu, paper):
 
 
 SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, doc="seed of data sampling, initialisation and batch order"),
+    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of data sampling, initialisation and batch order"),
     "vocab_size": Param(int, _p(8, 32, 2048), low=2, doc="V: symbols of the uniform-token data (paper 2048)"),
     "seq_len": Param(int, _p(8, 16, 64), low=2, doc="S: tokens per uniform sequence (paper 64)"),
     "model_sizes": Param(list, _p(["1x4", "1x8"], ["1x8", "1x12", "1x16", "2x16"],
@@ -78,7 +78,8 @@ SPEC: dict[str, Param] = {
     "reference_model": Param(str, _p("1x8", "2x32", "8x512"), doc="reference model, trained on the largest text set"),
     "text_max_steps": Param(int, _p(30, 300, 200_000), low=1, doc="step cap of one text run"),
     "prefix_len": Param(int, 32, low=1, doc="prompt tokens of greedy extraction (paper 32)"),
-    "memory_gib": Param(float, _p(4.0, 8.0, 140.0), low=0.01, doc="memory one training run may use"),
+    "memory_gib": Param(float, _p(4.0, 8.0, 140.0), low=0.01, finite=False,
+                        doc="memory one training run may use (.inf: no limit)"),
 }
 
 
@@ -111,6 +112,17 @@ def _check_memory(cfg) -> None:
                 f"parameter {name!r}: model {size} needs about {need / 2**30:.1f} GiB to train at batch_size "
                 f"{cfg.batch_size}, more than memory_gib = {cfg.memory_gib:g} of profile {cfg.profile!r}"
             )
+    # A data set of N sequences of S tokens lives as int64 tokens, one shuffled copy and two
+    # float32 per-token loss arrays while it is scored: 32 bytes a token.
+    for name, sizes, seq in (("dataset_sizes", cfg.dataset_sizes, cfg.seq_len),
+                             ("precision_dataset_sizes", cfg.precision_dataset_sizes, cfg.seq_len),
+                             ("text_dataset_sizes", cfg.text_dataset_sizes, cfg.text_seq_len)):
+        need = 32 * max(sizes) * seq
+        if need > limit:
+            raise ConfigError(f"parameter {name!r}: N = {max(sizes)} sequences of {seq} tokens need about "
+                              f"{need / 2**30:.1f} GiB, more than memory_gib = {cfg.memory_gib:g} of profile "
+                              f"{cfg.profile!r}")
+        require_memory(name, need, f"N = {max(sizes)} sequences of {seq} tokens")
 
 
 def _check_text(cfg) -> None:
@@ -502,6 +514,17 @@ def _table2(m):
     return m["table2_max_abs_error"] <= 0.01, f"max |law - Table 2| = {m['table2_max_abs_error']:.4f}"
 
 
+
+# Every metric key the chapter records (run.record); a claim reading another key is a typo
+# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+METRIC_KEYS: tuple[str, ...] = (
+    'sweep', 'runs', 'plateau_runs', 'capacity', 'alpha', 'alpha_r2', 'convergence_model',
+    'convergence_last_gain', 'alpha_fp32', 'alpha_bf16', 'alpha_precision', 'a1', 'a1_error_pct',
+    'text', 'double_descent_onset', 'reference_params', 'table2_max_abs_error', 'table2_law_f1',
+    'law_fit', 'paper_law_rmse', 'tfidf_spearman', 'tfidf_pvalue', 'tfidf_positive_samples',
+    'tfidf_n_samples',
+)
+
 def claims():
     """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim).
 
@@ -509,7 +532,7 @@ def claims():
     """
     from memlab.paper import Claim
 
-    return [
+    return paper.declare(METRIC_KEYS, [
         Claim("linear", "Capacity is linear in parameter count", "Section 3.2, Figure 6", _linear),
         Claim("alpha", "GPT-style models store about 3.6 bits per parameter", "Section 3.2", _alpha),
         Claim("plateau", "Total memorisation plateaus at capacity as data grows", "Section 3.2, Figure 1", _plateau),
@@ -525,4 +548,4 @@ def claims():
               "the test rate", "Section 4, Figure 17", _extraction),
         Claim("tfidf", "Rare-token (high TF-IDF) sequences are memorised most", "Appendix A.3, Figure 16", _tfidf),
         Claim("table2", "The membership law gives Table 2's predicted F1 (0.55 / 0.75 / 0.95)", "Table 2", _table2),
-    ]
+    ])
