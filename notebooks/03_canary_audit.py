@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # Chapter 3: Auditing reasoning-trace memorization after unlearning
+# # Auditing reasoning-trace memorization after unlearning
 #
 # Reasoning models write a thinking trace before they answer: `<think> trace </think> answer`.
 # Unlearning evaluations of such models sometimes find a **bypass** pattern: the answer looks
@@ -44,9 +44,18 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
+seed: int = 0  # authors, tokenizer and pre-training
+seeds: list | None = None  # memorisation + unlearning seeds of the BIO sweep (paper: [0, 1])
+n_authors: int | None = None  # fictional authors in the forget set (paper: 60)
+unlearn_steps: list | None = None  # the K sweep (paper: [100, 400, 800, 1600])
+templates: list | None = None  # training-time trace templates: BIO | META | NONE
+model: str | None = None  # 'small' (pre-trained here) or a transformers model name/folder
+drift_model: str | None = None  # 'suppress' or a second model for the parser-convention section
+allow_download: bool | None = None  # let from_pretrained reach the hub (paper profile)
+lora_steps: int | None = None  # LoRA memorisation steps
+pretrain_steps: int | None = None  # pre-training steps of the small model
 
-# %%
+# %% tags=["hide-input"]
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
@@ -54,7 +63,9 @@ from IPython.display import Markdown, display
 from memlab import canaries, config, paper, plotting, results
 from memlab.experiments import ch03_canary_audit as ch
 
-cfg = config.resolve("03_canary_audit", profile=profile, **params)
+cfg = config.resolve("03_canary_audit", profile=profile, seed=seed, seeds=seeds, n_authors=n_authors,
+                     unlearn_steps=unlearn_steps, templates=templates, model=model, drift_model=drift_model,
+                     allow_download=allow_download, lora_steps=lora_steps, pretrain_steps=pretrain_steps)
 run = results.Run(cfg)
 run.provenance_box()
 CH = "03_canary_audit"
@@ -370,7 +381,37 @@ if names:
 # means the run did not produce what the claim needs (e.g. a second seed), or that the profile
 # is `smoke`, whose untrained toy models only exercise the code.
 
-# %%
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile)
+# %% tags=["hide-input"]
+verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
+                          reasons=paper.reasons(cfg.chapter))
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
+
+# %% tags=["remove-input"]
+from myst_nb import glue
+
+for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
+    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
+    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
+
+# %% [markdown]
+# ## What this means
+#
+# At the profile of this page, {glue:}`03_canary_audit-n-reproduced` reproduced,
+# {glue:}`03_canary_audit-n-not-reproduced` did not and {glue:}`03_canary_audit-n-not-run` were not run. The reading below is of the `cpu` run
+# that this book publishes.
+#
+# **What held.** Nearly all of the paper's audit: after answer-masked NPO the canary disappears from the
+# answer while the thinking trace keeps emitting it, and this parser-split gap grows with the number of
+# unlearning steps ({numref}`fig-03-ksweep`). Yet at fixed weights, swapping the trace for another
+# prefill moves the answer ({numref}`fig-03-prefill`), the two parser conventions give gaps of opposite
+# sign on the same outputs, and the gap is confined to one template. NPO costs generic retain accuracy
+# ({numref}`fig-03-retain`) and Gradient Ascent collapses both sides.
+#
+# **What did not.** Under two of the prefills our small model's teacher-forced match of the canary dips
+# just under the 0.9 floor; at this scale the memorised continuation depends a little more on the prefill
+# format than in the paper's models.
+#
+# **What to take from it.** A gap between what the trace and the answer reveal after unlearning is not
+# by itself evidence of weight-level memorisation: it moves with the parser convention and the prefill.
+# Run the paired fixed-weight and teacher-forced checks before reading such a gap as leakage.

@@ -277,3 +277,20 @@ def test_dataframes_render_without_nan_or_default_index():
     assert "NaN" not in html and "\u2013" in html and tables.NOTE in html
     assert "<th>0</th>" not in html and "memlab-table-wrap" in html
     assert tables.NOTE not in tables.to_html(pd.DataFrame({"a": [1.0]}, index=["x"]))
+
+
+def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
+    import nbformat
+
+    from memlab import cli
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("profile = 'cpu'", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("profile = 'smoke'", metadata={"tags": ["injected-parameters"]}),
+                nbformat.v4.new_code_cell("x = 1")]
+    path = tmp_path / "c.ipynb"
+    nbformat.write(nb, path)
+    assert cli.hide_parameter_cells(path) is True
+    tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
+    assert tags == [["parameters", "hide-input"], ["injected-parameters", "remove-cell"], []]
+    assert cli.hide_parameter_cells(path) is False

@@ -371,6 +371,29 @@ def _apply_mathjax(conf: dict, stage: Path, es5: Path | None) -> None:
     conf.setdefault("sphinx", {}).setdefault("config", {})["mathjax_path"] = "mathjax/tex-chtml.js"
 
 
+def hide_parameter_cells(notebook: Path) -> bool:
+    """Collapse the parameters cell and drop papermill's injected one in an executed notebook.
+
+    Both are plumbing (the provenance box shows the values a page ran with). Applied by
+    :func:`render` to its staging copy, so it covers chapters executed before this existed.
+    Returns whether the notebook changed.
+    """
+    import json
+
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    changed = False
+    for cell in nb.get("cells", []):
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        extra = ("remove-cell",) if "injected-parameters" in tags else ("hide-input",) if "parameters" in tags else ()
+        for t in extra:
+            if t not in tags:
+                tags.append(t)
+                changed = True
+    if changed:
+        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return changed
+
+
 def render(root: Path | None = None, out: Path | None = None) -> Path:
     """Build the HTML book from the executed chapters (never re-executes); returns index.html.
 
@@ -392,6 +415,8 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
         shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
         write_scorecard(root / "book", dest=stage / "book")
+        for nb in (stage / "book" / "chapters").glob("*.ipynb"):
+            hide_parameter_cells(nb)
         _apply_repository(conf, url)
         _apply_mathjax(conf, stage, find_mathjax(root))
         (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
