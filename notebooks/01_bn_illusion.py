@@ -40,14 +40,7 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # first seed; n_seeds seeds are seed, seed+1, ...
-n_seeds: int | None = None  # None: profile default (paper: 3)
-dataset: str | None = None  # cifar10 | cifar100 (CIFAR-100 needs its images)
-forget_class: int | None = None  # first class to forget (default 0)
-n_forget_classes: int | None = None  # 1: single class, 2: two classes, ...
-width: int | None = None  # ResNet-18 stem channels (paper 64)
-train_per_class: int | None = None  # training images per class
-epochs: int | None = None  # epochs of Original and Retrain
+params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
 import warnings
@@ -62,8 +55,7 @@ from memlab.experiments import ch01_figures as figs
 
 warnings.filterwarnings("ignore", category=UserWarning)
 CH = "01_bn_illusion"
-cfg = config.resolve(CH, profile=profile, seed=seed, n_seeds=n_seeds, dataset=dataset, forget_class=forget_class,
-                     n_forget_classes=n_forget_classes, width=width, train_per_class=train_per_class, epochs=epochs)
+cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 pd.options.display.float_format = "{:.1f}".format

@@ -48,14 +48,7 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # data split, initialisation, subsets and shuffles
-n_per_class: int | None = None  # CIFAR-10 training images per class (None: profile default)
-epochs: int | None = None  # training epochs of every model
-width: int | None = None  # ResNet-18 stem width (64 in the paper)
-feature: str | None = None  # outputs SDE reads: layer2 | layer3 | penultimate | logits | softmax
-n_shuffles: int | None = None  # shufflings of the second half per subset (paper: 200)
-n_targets: int | None = None  # target subsets of each kind per setting
-methods: list | None = None  # unlearning methods of Table 3
+params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
 import numpy as np
@@ -65,8 +58,7 @@ from IPython.display import Markdown, display
 from memlab import config, paper, plotting, results
 from memlab.experiments import ch02_sde as ch
 
-cfg = config.resolve("02_sde", profile=profile, seed=seed, n_per_class=n_per_class, epochs=epochs, width=width,
-                     feature=feature, n_shuffles=n_shuffles, n_targets=n_targets, methods=methods)
+cfg = config.resolve("02_sde", profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 

@@ -44,16 +44,7 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # authors, tokenizer and pre-training
-seeds: list | None = None  # memorisation + unlearning seeds of the BIO sweep (paper: [0, 1])
-n_authors: int | None = None  # fictional authors in the forget set (paper: 60)
-unlearn_steps: list | None = None  # the K sweep (paper: [100, 400, 800, 1600])
-templates: list | None = None  # training-time trace templates: BIO | META | NONE
-model: str | None = None  # 'small' (pre-trained here) or a transformers model name/folder
-drift_model: str | None = None  # 'suppress' or a second model for the parser-convention section
-allow_download: bool | None = None  # let from_pretrained reach the hub (paper profile)
-lora_steps: int | None = None  # LoRA memorisation steps
-pretrain_steps: int | None = None  # pre-training steps of the small model
+params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
 import numpy as np
@@ -63,9 +54,7 @@ from IPython.display import Markdown, display
 from memlab import canaries, config, paper, plotting, results
 from memlab.experiments import ch03_canary_audit as ch
 
-cfg = config.resolve("03_canary_audit", profile=profile, seed=seed, seeds=seeds, n_authors=n_authors,
-                     unlearn_steps=unlearn_steps, templates=templates, model=model, drift_model=drift_model,
-                     allow_download=allow_download, lora_steps=lora_steps, pretrain_steps=pretrain_steps)
+cfg = config.resolve("03_canary_audit", profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 CH = "03_canary_audit"

@@ -35,18 +35,7 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # base seed; run r uses seed + r
-runs: int | None = None  # independent fine-tuning runs averaged (None: profile default)
-epochs: int | None = None  # fine-tuning epochs (paper: 6)
-n_members: int | None = None  # members per run, also the fine-tuning set
-n_nonmembers: int | None = None  # non-members per run
-rho: float | None = None  # cyclic mask ratio in (0, 1) (paper: 0.35)
-rounds: int | None = None  # cyclic sampling rounds R
-h: float | None = None  # quantile-bump bandwidth (paper: 0.1)
-scores: list | None = None  # membership scores to run (default: all seven)
-backbone: str | None = None  # tiny | llada | dream
-pii_targets: int | None = None  # PII targets per kind (paper: 50)
-alpha: float | None = None  # weight of skewness in the combined PII ranking (paper: 0.1)
+params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
 import numpy as np
@@ -56,9 +45,7 @@ from IPython.display import Markdown, display
 from memlab import config, mia, paper, plotting, results
 from memlab.experiments import ch04_qskew as ch
 
-cfg = config.resolve("04_qskew", profile=profile, seed=seed, runs=runs, epochs=epochs, n_members=n_members,
-                     n_nonmembers=n_nonmembers, rho=rho, rounds=rounds, h=h, scores=scores, backbone=backbone,
-                     pii_targets=pii_targets, alpha=alpha)
+cfg = config.resolve("04_qskew", profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 pd.set_option("display.precision", 1)

@@ -46,15 +46,7 @@
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
-seed: int = 0  # data sampling, initialisation and batch order
-vocab_size: int | None = None  # V of the uniform tokens (paper 2048; None: profile default)
-seq_len: int | None = None  # S of the uniform tokens (paper 64)
-model_sizes: list | None = None  # GPT-2 models 'LxD' of the capacity sweep
-dataset_sizes: list | None = None  # N: uniform sequences per data set
-precision: str | None = None  # fp32 | bf16 parameters of the main sweep
-max_steps: int | None = None  # step cap of one run (the plateau rule stops earlier)
-text_model_sizes: list | None = None  # GPT-2 models trained on WikiText-2
-text_dataset_sizes: list | None = None  # N: text sequences per training set
+params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
 import numpy as np
@@ -77,9 +69,7 @@ def log_x(ax, values):
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-cfg = config.resolve(CH, profile=profile, seed=seed, vocab_size=vocab_size, seq_len=seq_len,
-                     model_sizes=model_sizes, dataset_sizes=dataset_sizes, precision=precision,
-                     max_steps=max_steps, text_model_sizes=text_model_sizes, text_dataset_sizes=text_dataset_sizes)
+cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 display(Markdown(
