@@ -55,10 +55,15 @@ class CorruptEntry(Exception):
     """An entry failed its check; the message says why."""
 
 
+def cache_path() -> Path:
+    """Where the cache folder is (``MEMLAB_CACHE`` or ``<repo>/data/cache/models``), without creating it."""
+    env = os.environ.get("MEMLAB_CACHE")
+    return Path(env).expanduser() if env else repo_root() / "data" / "cache" / "models"
+
+
 def cache_dir() -> Path:
     """The cache folder (created on first use; dead writers' temporary folders removed once per process)."""
-    env = os.environ.get("MEMLAB_CACHE")
-    path = Path(env).expanduser() if env else repo_root() / "data" / "cache" / "models"
+    path = cache_path()
     path.mkdir(parents=True, exist_ok=True)
     _clean_once(path)
     return path

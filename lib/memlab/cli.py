@@ -138,14 +138,131 @@ def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> 
     if data_env and not Path(data_env).expanduser().is_dir():
         raise ConfigError(f"parameter 'data_root': MEMLAB_DATA_ROOT={data_env!r} is not a folder")
     cfg = resolve(chapter, profile=profile, **params)
+    _preflight(chapter, cfg)
     return nb, cfg
 
 
-def _failing_cell(err: BaseException) -> str:
-    index = getattr(err, "exec_count", None) or getattr(err, "cell_index", None)
-    ename, evalue = getattr(err, "ename", type(err).__name__), getattr(err, "evalue", str(err))
-    where = f"cell {index}" if index is not None else "a cell"
-    return f"{where}: {ename}: {str(evalue).strip().splitlines()[-1] if str(evalue).strip() else ''}"
+def _preflight(chapter: str, cfg) -> None:
+    """Data, hub models and GPU of the run, checked before any work (:mod:`memlab.preflight`).
+
+    Flags arrive through the environment that :func:`run_chapter` sets
+    (``MEMLAB_ALLOW_DOWNLOAD``, ``MEMLAB_ALLOW_CPU``, ``MEMLAB_TRUST_REMOTE_CODE``).
+    """
+    from memlab import preflight
+
+    preflight.check(chapter, cfg, profile=getattr(cfg, "profile", None))
+
+
+# ----------------------------------------------------------------------------- failures, named
+
+_SIGNALS = {"SIGABRT": "aborted (SIGABRT)", "SIGKILL": "killed (SIGKILL, e.g. out of memory)",
+            "SIGSEGV": "crashed (SIGSEGV, segmentation fault)", "SIGBUS": "crashed (SIGBUS)",
+            "SIGTERM": "terminated (SIGTERM)", "SIGINT": "interrupted (SIGINT)"}
+
+
+def describe_exit(returncode: int | None) -> str:
+    """How a kernel process ended, in words: ``-6`` -> ``"aborted (SIGABRT)"``."""
+    import signal
+
+    if returncode is None:
+        return "died (exit status unknown)"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            return f"killed by signal {-returncode}"
+        return _SIGNALS.get(name, f"killed by {name}")
+    return f"exited with status {returncode}"
+
+
+def _first_line(source: str) -> str:
+    for line in str(source).splitlines():
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= 70 else line[:67] + "..."
+    return "(empty cell)"
+
+
+def _cell_position(nb, index: int | None) -> int | None:
+    """The ``In [n]`` number of cell ``index`` in the saved notebook.
+
+    A cell the dead kernel never answered for has no execution count: it is
+    the one after the highest count before it.
+    """
+    if nb is None or index is None or not 0 <= index < len(nb.cells):
+        return None
+    own = nb.cells[index].get("execution_count")
+    if own:
+        return own
+    return 1 + max((c.get("execution_count") or 0 for c in nb.cells[:index] if c.cell_type == "code"), default=0)
+
+
+def _dead_cell(nb) -> int | None:
+    """Index of the cell that was running when the kernel died: the last one papermill started."""
+    if nb is None:
+        return None
+    started = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+               and c.metadata.get("papermill", {}).get("status", "pending") != "pending"]
+    return started[-1] if started else None
+
+
+def _failing_cell(err: BaseException, nb=None, returncode: int | None = None) -> str:
+    """``cell 7 (`x = train(...)`): ValueError: ...`` for a failure; the signal for a dead kernel.
+
+    ``nb`` is the executed notebook as papermill saved it (to find the cell and
+    its source); ``returncode`` is the dead kernel's exit status.
+    """
+    dead = type(err).__name__ == "DeadKernelError"
+    index = _dead_cell(nb) if dead else getattr(err, "cell_index", None)
+    number = getattr(err, "exec_count", None) or _cell_position(nb, index)
+    source = getattr(err, "source", None)
+    if source is None and nb is not None and index is not None and 0 <= index < len(nb.cells):
+        source = nb.cells[index].source
+    where = f"cell {number}" if number is not None else "a cell"
+    if source is not None:
+        where += f" (`{_first_line(source)}`)"
+    if dead:
+        return f"{where}: the kernel {describe_exit(returncode)}"
+    ename, evalue = getattr(err, "ename", None) or type(err).__name__, getattr(err, "evalue", None)
+    evalue = str(err) if evalue is None else str(evalue)
+    last = evalue.strip().splitlines()[-1] if evalue.strip() else ""
+    return f"{where}: {ename}: {last}" if last else f"{where}: {ename}"
+
+
+def _kernel_manager_class():
+    """A kernel manager that remembers how its kernel process ended (for :func:`_failing_cell`)."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class RecordingKernelManager(AsyncKernelManager):
+        last_returncode: int | None = None
+
+        async def is_alive(self) -> bool:
+            alive = await super().is_alive()
+            process = getattr(self.provisioner, "process", None)
+            if not alive and process is not None and process.poll() is not None:
+                RecordingKernelManager.last_returncode = process.poll()
+            return alive
+
+    return RecordingKernelManager
+
+
+def clean_stale_staging(book: Path) -> list[Path]:
+    """Remove ``book/.staging-*`` folders that killed runs left (their process is dead).
+
+    Staging folders carry the runner's pid (``.staging-<chapter>.tmp-<pid>-<hex>``)
+    so a concurrent live run keeps its own; older unnamed ones go after an hour.
+    """
+    from memlab.fsutil import LEGACY_MAX_AGE_S, is_orphan
+
+    removed = []
+    now = time.time()
+    for child in Path(book).glob(".staging-*"):
+        legacy = ".tmp-" not in child.name
+        stale = (now - child.stat().st_mtime > LEGACY_MAX_AGE_S) if legacy else is_orphan(child, now)
+        if stale and child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
 
 
 def _publish(staging: Path, book: Path, chapter: str) -> None:
@@ -172,24 +289,50 @@ def run_chapter(
     no_cache: bool = False,
     allow_download: bool = False,
     log_output: bool = False,
+    allow_cpu: bool = False,
+    trust_remote_code: Sequence[str] = (),
 ) -> Path:
-    """Validate, execute with papermill, publish; returns the executed notebook's path."""
+    """Validate and preflight, execute with papermill, publish; returns the executed notebook's path.
+
+    The flags reach the chapter's kernel (and every loader it calls) through
+    the environment: ``MEMLAB_ALLOW_DOWNLOAD``, ``MEMLAB_ALLOW_CPU``,
+    ``MEMLAB_TRUST_REMOTE_CODE``; at the smoke and cpu profiles without
+    ``allow_download`` the network guard is on (``MEMLAB_OFFLINE=1``). Any
+    failure raises :class:`RunError` with one line naming the cell, its first
+    source line and the exception or the kernel's signal, and the saved
+    failed notebook; ``book/`` keeps its previous outputs.
+    """
     import nbformat
     import papermill
 
     root = repo_root()
     params = dict(params or {})
-    nb, cfg = validate(chapter, profile, params, root)
     book = Path(book_dir) if book_dir else root / "book"
-    book.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{chapter}-", dir=book))
     env_before = dict(os.environ)
+    staging: Path | None = None
     try:
+        os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download else "0"
+        if allow_cpu:
+            os.environ["MEMLAB_ALLOW_CPU"] = "1"
+        if trust_remote_code:
+            names = [n for n in os.environ.get("MEMLAB_TRUST_REMOTE_CODE", "").split(",") if n]
+            os.environ["MEMLAB_TRUST_REMOTE_CODE"] = ",".join(dict.fromkeys(names + list(trust_remote_code)))
+        nb, cfg = validate(chapter, profile, params, root)
+        from memlab import preflight
+
+        preflight.fetch(chapter, cfg)  # downloads (when allowed) before the kernel starts
+        book.mkdir(parents=True, exist_ok=True)
+        clean_stale_staging(book)
+        from memlab.fsutil import make_tmp_dir
+
+        staging = make_tmp_dir(book, f"staging-{chapter}")  # .staging-<id>.tmp-<pid>-<hex>, umask mode
         os.environ["MEMLAB_OUTPUT_DIR"] = str(staging)
         if no_cache:
             os.environ["MEMLAB_NO_CACHE"] = "1"
         if not allow_download:
             os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+            if profile in ("smoke", "cpu"):
+                os.environ["MEMLAB_OFFLINE"] = "1"  # the kernel's memlab import turns the guard on
         os.environ.setdefault("MPLBACKEND", "Agg")
         # torch 2.14.1's CPU backward of our small ResNets aborts with heap corruption
         # ("free(): invalid next size") under 2 intra-op threads; one thread is safe and,
@@ -202,24 +345,34 @@ def run_chapter(
         # the notebook's parameters cell holds only these two; SPEC declares the rest
         parameters = {"profile": profile, "params": parse_params(chapter, list(params.items()))}
         start = time.perf_counter()
+        km_class = _kernel_manager_class()
         try:
             papermill.execute_notebook(
                 str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
-                progress_bar=False, log_output=log_output, report_mode=False,
+                progress_bar=False, log_output=log_output, report_mode=False, kernel_manager_class=km_class,
             )
-        except papermill.PapermillExecutionError as err:
+        except Exception as err:  # noqa: BLE001 - every failure kind becomes one named line
             failed = root / "_build" / "failed" / f"{chapter}.ipynb"
             failed.parent.mkdir(parents=True, exist_ok=True)
+            executed = None
             if out_nb.exists():
                 shutil.copy(out_nb, failed)
-            raise RunError(f"chapter {chapter!r} failed in {_failing_cell(err)} (executed notebook: {failed})") from None
+                try:
+                    executed = nbformat.read(out_nb, as_version=4)
+                except Exception:  # noqa: BLE001 - a half-written notebook still names the chapter
+                    executed = None
+            where = _failing_cell(err, executed, km_class.last_returncode)
+            saved = f"failed notebook: {failed}" if out_nb.exists() else "no notebook was written"
+            raise RunError(f"chapter {chapter!r} failed in {where} ({saved})") from None
         src_nb.unlink()
         _publish(staging, book, chapter)
-        print(f"{chapter}: ran at profile {profile} in {time.perf_counter() - start:.0f} s -> {book / 'chapters' / (chapter + '.ipynb')}")
+        print(f"{chapter}: ran at profile {profile} in {time.perf_counter() - start:.0f} s -> "
+              f"{book / 'chapters' / (chapter + '.ipynb')}")
     finally:
         os.environ.clear()
         os.environ.update(env_before)
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return book / "chapters" / f"{chapter}.ipynb"
 
 
@@ -461,13 +614,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate and print the resolved configuration as JSON; run nothing")
     r.add_argument("--no-cache", action="store_true", help="re-train instead of loading cached models")
     r.add_argument("--cache-dir", default=None, help="folder of the model cache (default data/cache/models)")
-    r.add_argument("--allow-download", action="store_true", help="let loaders reach the network (hub, torchvision)")
+    r.add_argument("--allow-download", action="store_true",
+                   help="let loaders reach the network (torchvision, WikiText-2, the hub); else it is off")
+    r.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU (days)")
+    r.add_argument("--trust-remote-code", action="append", default=[], metavar="MODEL",
+                   help="let this hub model run its own modelling code (repeat for several)")
     r.add_argument("--book-dir", default=None, help="where chapters/, results/, figures/ go (default book/)")
     r.add_argument("--log-output", action="store_true", help="stream the notebook's output while it runs")
     b = sub.add_parser("book", help="run every chapter, then render the HTML book")
     b.add_argument("--profile", default=DEFAULT_PROFILE)
     b.add_argument("--chapters", nargs="*", default=None, help="subset of chapter ids (default all)")
     b.add_argument("--no-cache", action="store_true")
+    b.add_argument("--allow-download", action="store_true", help="fetch missing data once into data/")
+    b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
@@ -552,13 +711,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.cache_dir:
                 os.environ["MEMLAB_CACHE"] = str(Path(args.cache_dir).expanduser().resolve())
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
-                        args.log_output)
+                        args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code)
         elif args.command == "book":
             chapters = args.chapters or list(CHAPTERS)
+            os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if args.allow_download else "0"  # for the preflight
+            os.environ["MEMLAB_ALLOW_CPU"] = "1" if args.allow_cpu else os.environ.get("MEMLAB_ALLOW_CPU", "0")
             for c in chapters:  # validate all before running any
                 validate(c, args.profile, {}, repo_root())
             for c in chapters:
-                run_chapter(c, args.profile, {}, None, args.no_cache)
+                run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download, allow_cpu=args.allow_cpu)
             render()
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
@@ -577,6 +738,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunError as e:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("memlab: interrupted; the published book/ is unchanged", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

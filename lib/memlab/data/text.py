@@ -31,7 +31,7 @@ MIN_WORDS = 1000  # the preflight's floor; the real valid and test splits hold ~
 
 
 def _candidates(root) -> list[Path]:
-    from memlab.data.vision import download_dir
+    from memlab.data.download import download_dir
 
     if root is not None:
         return [Path(root).expanduser()]
@@ -61,7 +61,7 @@ def fetch_wikitext2(split: str, dest: Path | None = None, opener: Callable | Non
     The file is written under a temporary name and renamed only after its
     SHA-256 matched, so a failed or tampered download leaves nothing behind.
     """
-    from memlab.data.vision import download_dir
+    from memlab.data.download import download_dir
     from memlab.fsutil import tmp_path
     from memlab.progress import progress
 
@@ -91,7 +91,7 @@ def fetch_wikitext2(split: str, dest: Path | None = None, opener: Callable | Non
 
 
 def _download_allowed(download: bool | None) -> bool:
-    from memlab.data.vision import allow_download
+    from memlab.data.download import allow_download
 
     return allow_download(download)
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from memlab.config import ConfigError, data_root
+from memlab.data.download import allow_download, download_dir  # noqa: F401 - part of this module's API
 from memlab.progress import progress
 
 DATASETS = {"cifar10": 10, "cifar100": 100}
@@ -44,25 +45,6 @@ def _atomic_save(path: Path, array: np.ndarray) -> None:
     from memlab.fsutil import write_atomic
 
     write_atomic(path, lambda f: np.save(f, array))  # a file object, so np.save adds no ".npy" suffix
-
-
-def allow_download(download: bool | None = None) -> bool:
-    """``download`` when given, else whether ``MEMLAB_ALLOW_DOWNLOAD`` is 1.
-
-    ``memlab run --allow-download`` sets that variable for the chapter's kernel,
-    so every loader a notebook calls sees the flag.
-    """
-    if download is not None:
-        return bool(download)
-    return os.environ.get("MEMLAB_ALLOW_DOWNLOAD", "0").lower() in ("1", "true", "yes")
-
-
-def download_dir() -> Path:
-    """Where downloaded data sets go: ``$MEMLAB_DOWNLOAD_DIR``, default ``<repo>/data`` (ignored by git)."""
-    from memlab.config import repo_root
-
-    env = os.environ.get("MEMLAB_DOWNLOAD_DIR")
-    return Path(env).expanduser() if env else repo_root() / "data"
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
@@ -201,8 +183,11 @@ def _torchvision_present(dataset: str) -> bool:
 
 
 def _array_paths(dataset: str, split: str, fp: str) -> tuple[Path, Path]:
+    from memlab.cache import cache_path
+
+    folder = cache_path().parent / "arrays"  # not created here: a preflight writes nothing
     stamp = f"{dataset}-{split}-{fp}"
-    return array_cache_dir() / f"{stamp}-x.npy", array_cache_dir() / f"{stamp}-y.npy"
+    return folder / f"{stamp}-x.npy", folder / f"{stamp}-y.npy"
 
 
 def decode_image_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -248,6 +233,7 @@ def load_raw(split: str, dataset: str = "cifar10", root=None,
         if xs.exists() and ys.exists():
             return np.load(xs), np.load(ys)
         x, y = decode_image_folder(folder / split)
+        array_cache_dir()  # created, and dead writers' temporary files removed, before the first save
         _atomic_save(ys, y)
         _atomic_save(xs, x)
         return x, y

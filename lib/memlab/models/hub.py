@@ -44,7 +44,7 @@ def split_revision(spec: str) -> tuple[str, str | None]:
 
 
 def _download_allowed(allow_download: bool | None) -> bool:
-    from memlab.data.vision import allow_download as env_allows
+    from memlab.data.download import allow_download as env_allows
 
     return env_allows(allow_download)
 
