@@ -137,7 +137,7 @@ summary = ch.summarise(long)
 ours = summary.drop(index="Original")  # the rows the paper reports; Original stays as our reference row
 theirs = paper.table(CH, "table1")
 table1 = paper.side_by_side(summary, theirs, metrics=ch.METRICS)
-display(Markdown(f"**Table 1** ({paper.source(CH, 'table1')}; paper: {theirs.attrs['caption']}). "
+display(Markdown(f"Reproduces the paper's {paper.source(CH, 'table1')}: {theirs.attrs['caption']}. "
                  f"*ours*: profile `{cfg.profile}`, {cfg.n_seeds} seed(s)"
                  + (", mean over seeds (std in the second table)" if cfg.n_seeds > 1 else "") + "."))
 table1.insert(0, ("BN mode", "ours"), summary["BN mode"].reindex(table1.index))
@@ -177,7 +177,7 @@ display(Markdown(
 # %%
 table2 = ch.lp_decomposition(long)
 t2_paper = paper.table(CH, "table2_cifar10" if cfg.dataset == "cifar10" else "table2_cifar100")
-display(Markdown(f"**Table 2** ({t2_paper.attrs['source']}). LP of Retrain: ours "
+display(Markdown(f"Reproduces the paper's {t2_paper.attrs['source']}. LP of Retrain: ours "
                  f"{table2.attrs['LP_retrain']:.1f}%, paper "
                  f"{paper.number(CH, 'lp_retrain_' + cfg.dataset):.2f}% ({cfg.dataset})."))
 t2_view = paper.side_by_side(table2, t2_paper, metrics=["BN-residual", "NC-residual"])
