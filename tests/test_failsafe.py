@@ -437,3 +437,18 @@ def test_guard_refuses_udp_native_connect_and_dns(call):
         assert socket.getaddrinfo("localhost", 80)
     finally:
         netguard.uninstall()
+
+
+@pytest.mark.parametrize("flags, rc", [([], 2), (["--allow-cpu"], 0)])
+def test_paper_without_gpu_through_the_cli(fake_chapter, monkeypatch, capsys, flags, rc):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("MEMLAB_ALLOW_CPU", raising=False)
+    monkeypatch.delenv("MEMLAB_DEVICE", raising=False)
+    assert cli.main(["run", "fake", "--profile", "paper", "--dry-run"] + flags) == rc
+    err = capsys.readouterr().err.strip()
+    if rc:
+        assert err.startswith("memlab: error: parameter 'profile': 'paper' needs a CUDA GPU") and "\n" not in err
+    assert "MEMLAB_ALLOW_CPU" not in os.environ  # the flag lived only for the run
+    assert not (fake_chapter / "book").exists()

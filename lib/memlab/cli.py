@@ -15,6 +15,7 @@ a failed run leaves the previous good outputs in place.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
@@ -281,6 +282,28 @@ def _publish(staging: Path, book: Path, chapter: str) -> None:
         shutil.move(str(fig_src), str(fig_dst))
 
 
+def _set_flag_env(allow_download: bool, allow_cpu: bool, trust_remote_code: Sequence[str]) -> None:
+    """The run's flags as environment variables: the preflight, the kernel and its loaders read them."""
+    os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download else "0"
+    if allow_cpu:
+        os.environ["MEMLAB_ALLOW_CPU"] = "1"
+    if trust_remote_code:
+        names = [n for n in os.environ.get("MEMLAB_TRUST_REMOTE_CODE", "").split(",") if n]
+        os.environ["MEMLAB_TRUST_REMOTE_CODE"] = ",".join(dict.fromkeys(names + list(trust_remote_code)))
+
+
+@contextlib.contextmanager
+def flag_env(allow_download: bool = False, allow_cpu: bool = False, trust_remote_code: Sequence[str] = ()):
+    """:func:`_set_flag_env` for the duration of a block (``--dry-run`` validates under the same flags)."""
+    before = dict(os.environ)
+    try:
+        _set_flag_env(allow_download, allow_cpu, trust_remote_code)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 def run_chapter(
     chapter: str,
     profile: str = DEFAULT_PROFILE,
@@ -311,12 +334,7 @@ def run_chapter(
     env_before = dict(os.environ)
     staging: Path | None = None
     try:
-        os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download else "0"
-        if allow_cpu:
-            os.environ["MEMLAB_ALLOW_CPU"] = "1"
-        if trust_remote_code:
-            names = [n for n in os.environ.get("MEMLAB_TRUST_REMOTE_CODE", "").split(",") if n]
-            os.environ["MEMLAB_TRUST_REMOTE_CODE"] = ",".join(dict.fromkeys(names + list(trust_remote_code)))
+        _set_flag_env(allow_download, allow_cpu, trust_remote_code)
         nb, cfg = validate(chapter, profile, params, root)
         from memlab import preflight
 
@@ -705,7 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.dry_run:
                 import json
 
-                _, cfg = validate(args.chapter, args.profile, params, repo_root())
+                with flag_env(args.allow_download, args.allow_cpu, args.trust_remote_code):
+                    _, cfg = validate(args.chapter, args.profile, params, repo_root())
                 print(json.dumps(cfg.to_dict(), indent=1))
                 return 0
             if args.cache_dir:
