@@ -141,6 +141,7 @@ BAD = [
     ("01_bn_illusion", ["-p", "dataset", "cifar100", "-p", "train_per_class", "600"],
      "parameter 'train_per_class': cifar100 holds 500"),
     ("04_qskew", ["-p", "n_members", "100000"], "parameter 'n_members'"),
+    ("05_capacity", ["-p", "text_dataset_sizes", "[1000000]"], "parameter 'text_dataset_sizes'"),
     ("01_bn_illusion", ["-p", "lr", ""], "parameter 'lr': empty value"),
     ("01_bn_illusion", ["-p", "epochs", "012"], "parameter 'epochs': must be an integer"),
     ("01_bn_illusion", ["-p", "epochs", "3 #x"], "parameter 'epochs': must be an integer"),
@@ -164,8 +165,8 @@ BAD = [
 
 @pytest.mark.parametrize("chapter, extra, fragment", BAD, ids=[" ".join(b[1]) for b in BAD])
 def test_bad_values_refused_before_work(chapter, extra, fragment, tmp_path):
-    if "n_members" in extra:
-        require_data("wikitext-2")  # the bound comes from the size of the text file
+    if "n_members" in extra or "text_dataset_sizes" in extra:
+        require_data("wikitext-2")  # the bound comes from the size of the text files
     before = _book_state()
     start = time.perf_counter()
     argv = ["run", chapter, *(extra if "--profile" in extra else ["--profile", "smoke", *extra]),

@@ -128,6 +128,18 @@ def _check_memory(cfg) -> None:
 def _check_text(cfg) -> None:
     if cfg.prefix_len >= cfg.text_seq_len:
         raise ConfigError(f"parameter 'prefix_len': must be below text_seq_len = {cfg.text_seq_len} (got {cfg.prefix_len})")
+    # Every BPE token covers at least one byte of WikiText-2 valid + test, so the text gives at
+    # most bytes / text_seq_len sequences: a sound bound before any tokenizer is trained (the
+    # exact count of distinct sequences is checked again in text_corpus).
+    from memlab.config import data_root
+
+    files = [data_root() / "wikitext-2" / f"{s}.txt" for s in ("valid", "test")] if data_root() else []
+    if files and all(f.is_file() for f in files):
+        most = sum(f.stat().st_size for f in files) // cfg.text_seq_len
+        need = cfg.text_test_size + max(cfg.text_dataset_sizes)
+        if need > most:
+            raise ConfigError(f"parameter 'text_dataset_sizes': the largest set plus text_test_size needs {need} "
+                              f"sequences of {cfg.text_seq_len} tokens; WikiText-2 valid + test hold at most {most}")
 
 
 CHECKS = [_check_sizes, _check_memory, _check_text]
