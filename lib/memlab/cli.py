@@ -133,8 +133,8 @@ def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> 
     nb = notebook_from_source(chapter, root)
     missing = [n for n in ("profile", "params") if n not in notebook_parameters(nb)]
     if missing:
-        raise ConfigError(f"chapter {chapter!r}: the notebook's parameters cell must declare profile and params "
-                          f"(missing: {', '.join(missing)})")
+        raise ConfigError(f"chapter {chapter!r}: the notebook's parameters cell must declare profile and "
+                          f"params (missing: {', '.join(missing)})")
     data_env = os.environ.get("MEMLAB_DATA_ROOT")
     if data_env and not Path(data_env).expanduser().is_dir():
         raise ConfigError(f"parameter 'data_root': MEMLAB_DATA_ROOT={data_env!r} is not a folder")
@@ -693,7 +693,7 @@ def _kind_text(p: Param) -> str:
 
 
 def list_lines(chapter: str) -> list[str]:
-    """``memlab list`` for one chapter: one line per name ``-p`` accepts (kind, range, default per profile)."""
+    """``memlab list`` for one chapter: a line per name ``-p`` accepts (kind, range, default per profile)."""
     from memlab.config import chapter_module
 
     lines = []
@@ -703,7 +703,8 @@ def list_lines(chapter: str) -> list[str]:
             for group, keys in p.schema.items():
                 for key, sub in keys.items():
                     dotted = f"{group}.{key}"
-                    lines.append(f"      {dotted:<26} {_kind_text(sub)}; default {_default_text(sub, dotted, p)}")
+                    default = _default_text(sub, dotted, p)
+                    lines.append(f"      {dotted:<26} {_kind_text(sub)}; default {default}")
             continue
         doc = f" -- {p.doc}" if p.doc else ""
         lines.append(f"    {name:<28} {_kind_text(p)}; default {_default_text(p)}{doc}")
@@ -743,7 +744,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
         elif args.command == "list":
-            print("Set any of these with: memlab run CHAPTER --profile P -p NAME VALUE (defaults per profile)")
+            print("Set any of these with: memlab run CHAPTER --profile P -p NAME VALUE "
+                  "(defaults per profile)")
             for cid, ch in CHAPTERS.items():
                 print(f"{cid}: {ch.title}")
                 try:

@@ -115,7 +115,8 @@ def _check_sizes(cfg) -> None:
                               f"(got {cfg[name]})")
     from memlab.models.resnet import train_memory_bytes
 
-    batch = max(cfg.batch_size, cfg.recal_batch, *(h.get("batch_size", 256) for h in cfg.method_hparams.values()))
+    batch = max(cfg.batch_size, cfg.recal_batch,
+                *(h.get("batch_size", 256) for h in cfg.method_hparams.values()))
     require_memory("width", train_memory_bytes(cfg.width, batch, NUM_CLASSES[cfg.dataset]),
                    f"a ResNet-18 of width {cfg.width} at batch {batch}")
     if cfg.lp_per_class > cfg.train_per_class or cfg.relearn_samples > cfg.train_per_class:
@@ -167,7 +168,8 @@ METHOD_HPARAMS: dict[str, dict[str, dict]] = {
 _HP_RANGES = {
     "batch_size": dict(low=1), "noise_batch": dict(low=1), "positions": dict(low=1),
     "retain_samples": dict(low=1), "retain_per_class": dict(low=1), "epochs": dict(low=1),
-    "mask_ratio": dict(low=0.0, high=1.0, closed="right"), "retain_mix": dict(low=0.0, high=1.0, closed="left"),
+    "mask_ratio": dict(low=0.0, high=1.0, closed="right"),
+    "retain_mix": dict(low=0.0, high=1.0, closed="left"),
     "retain_fraction": dict(low=0.0, high=1.0), "threshold": dict(low=0.0, high=1.0, closed="neither"),
     "kd_T": dict(low=0.0, closed="neither"), "lam": dict(low=0.0, closed="neither"),
 }

@@ -50,7 +50,8 @@ def _p(smoke, cpu, paper):
 
 
 SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of data splits, initialisation, subsets and shuffles"),
+    "seed": Param(int, 0, low=0, high=SEED_HIGH,
+                  doc="seed of data splits, initialisation, subsets and shuffles"),
     "n_per_class": Param(int, _p(30, 150, 5000), low=10, high=5000, doc="training images per CIFAR-10 class"),
     "n_test_per_class": Param(int, _p(20, 100, 1000), low=5, high=1000, doc="test images per class"),
     "width": Param(int, _p(4, 8, 64), low=1, doc="ResNet-18 stem width (64 in the paper)"),

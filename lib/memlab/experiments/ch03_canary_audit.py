@@ -40,7 +40,8 @@ SUPPRESS = "suppress"
 
 SPEC: dict[str, Param] = {
     "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the authors, tokenizer and pre-training"),
-    "seeds": Param(list, [0, 1], item=int, low=0, high=SEED_HIGH, doc="memorisation + unlearning seeds of the BIO K-sweep"),
+    "seeds": Param(list, [0, 1], item=int, low=0, high=SEED_HIGH,
+                   doc="memorisation + unlearning seeds of the BIO K-sweep"),
     "model": Param(str, {"smoke": SMALL, "cpu": SMALL, "paper": PAPER_MODEL},
                    doc="'small' (pre-trained here) or a transformers model name/folder"),
     "drift_model": Param(str, {"smoke": SUPPRESS, "cpu": SUPPRESS, "paper": DRIFT_MODEL},

@@ -109,8 +109,8 @@ def _check_data_size(cfg) -> None:
     need = 2 * cfg.n_members + cfg.n_nonmembers
     if need > most:
         name = "n_members" if 2 * cfg.n_members > most else "n_nonmembers"
-        raise ConfigError(f"parameter {name!r}: 2 x n_members + n_nonmembers = {need} blocks of {cfg.block_len} "
-                          f"tokens, but {path} holds at most {most}")
+        raise ConfigError(f"parameter {name!r}: 2 x n_members + n_nonmembers = {need} blocks of "
+                          f"{cfg.block_len} tokens, but {path} holds at most {most}")
 
 
 CHECKS = [_check, _check_data_size]

@@ -138,8 +138,9 @@ def _check_text(cfg) -> None:
         most = sum(f.stat().st_size for f in files) // cfg.text_seq_len
         need = cfg.text_test_size + max(cfg.text_dataset_sizes)
         if need > most:
-            raise ConfigError(f"parameter 'text_dataset_sizes': the largest set plus text_test_size needs {need} "
-                              f"sequences of {cfg.text_seq_len} tokens; WikiText-2 valid + test hold at most {most}")
+            raise ConfigError(f"parameter 'text_dataset_sizes': the largest set plus text_test_size needs "
+                              f"{need} sequences of {cfg.text_seq_len} tokens; WikiText-2 valid + test "
+                              f"hold at most {most}")
 
 
 CHECKS = [_check_sizes, _check_memory, _check_text]
