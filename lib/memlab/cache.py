@@ -121,7 +121,8 @@ def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) ->
     """
     made, now = meta.get("torch_threads"), torch.get_num_threads()
     if meta.get("device") == "cpu" and device().type == "cpu" and made is not None and made != now:
-        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch threads, "
+        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch "
+                      "threads, "
                       f"this run uses {now}; its weights differ slightly from a fresh training here "
                       "(--no-cache retrains)", stacklevel=4)
 

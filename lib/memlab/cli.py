@@ -195,7 +195,8 @@ def _cell_position(nb, index: int | None) -> int | None:
     own = nb.cells[index].get("execution_count")
     if own:
         return own
-    return 1 + max((c.get("execution_count") or 0 for c in nb.cells[:index] if c.cell_type == "code"), default=0)
+    earlier = (c.get("execution_count") or 0 for c in nb.cells[:index] if c.cell_type == "code")
+    return 1 + max(earlier, default=0)
 
 
 def _dead_cell(nb) -> int | None:
@@ -739,7 +740,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for c in chapters:  # validate all before running any
                 validate(c, args.profile, {}, repo_root())
             for c in chapters:
-                run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download, allow_cpu=args.allow_cpu)
+                run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
+                            allow_cpu=args.allow_cpu)
             render()
         elif args.command == "render":
             render(Path(args.root) if args.root else None)

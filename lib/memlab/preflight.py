@@ -89,8 +89,8 @@ def check_gpu(profile: str, allow_cpu: bool | None = None) -> str:
         return f"gpu ({torch.cuda.get_device_name(0)})"
     if _flag(allow_cpu, "MEMLAB_ALLOW_CPU") or os.environ.get("MEMLAB_DEVICE") == "cpu":
         return "cpu (paper profile without a GPU, allowed by --allow-cpu; expect days)"
-    raise ConfigError("parameter 'profile': 'paper' needs a CUDA GPU and none is visible; its settings would run for "
-                      "days on this CPU. Pass --allow-cpu to run it anyway, or use --profile cpu")
+    raise ConfigError("parameter 'profile': 'paper' needs a CUDA GPU and none is visible; its settings "
+                      "would run for days on this CPU. Pass --allow-cpu to run it anyway, or use --profile cpu")
 
 
 def check(chapter: str, cfg: Any, *, allow_download: bool | None = None, allow_cpu: bool | None = None,
@@ -151,6 +151,6 @@ def fetch(chapter: str, cfg: Any, *, allow_download: bool | None = None) -> list
     except Exception as err:  # noqa: BLE001 - network and archive errors become one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ConfigError(f"parameter 'data_root': downloading the data of {chapter} failed "
-                          f"({type(err).__name__}: {first}); connect to the network, or set MEMLAB_DATA_ROOT to "
-                          "a folder holding cifar10-jpeg/ and wikitext-2/") from None
+                          f"({type(err).__name__}: {first}); connect to the network, or set "
+                          "MEMLAB_DATA_ROOT to a folder holding cifar10-jpeg/ and wikitext-2/") from None
     return fetched

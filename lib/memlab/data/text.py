@@ -82,7 +82,8 @@ def fetch_wikitext2(split: str, dest: Path | None = None, opener: Callable | Non
                 bar.update(len(block))
         if h.hexdigest() != sha:
             raise ConfigError(f"parameter 'data_root': the download of {url} does not match its pinned "
-                              f"SHA-256 (got {h.hexdigest()[:16]}..., expected {sha[:16]}...); nothing was kept")
+                              f"SHA-256 (got {h.hexdigest()[:16]}..., expected {sha[:16]}...); "
+                              "nothing was kept")
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
@@ -99,7 +100,8 @@ def _download_allowed(download: bool | None) -> bool:
 def _missing_message(split: str, root) -> str:
     looked = ", ".join(str(c / WIKITEXT_SPLITS[split]) for c in _candidates(root))
     return (f"parameter 'data_root': WikiText-2 {split} split not found (looked at {looked}); "
-            "set MEMLAB_DATA_ROOT to a folder holding wikitext-2/valid.txt and test.txt, or pass --allow-download to fetch it")
+            "set MEMLAB_DATA_ROOT to a folder holding wikitext-2/valid.txt and test.txt, "
+            "or pass --allow-download to fetch it")
 
 
 def check_wikitext(splits: Sequence[str] = ("valid", "test"), root=None, download: bool | None = None,

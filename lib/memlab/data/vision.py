@@ -134,7 +134,8 @@ def check_image_root(dataset: str, folder: Path, splits=SPLITS, scan: bool = Tru
         extra = [c for c in present if c not in classes]
         if extra:
             raise ConfigError(f"parameter 'data_root': {str(sdir / extra[0])!r} is not a {dataset} "
-                              f"class folder (expected {', '.join(classes[:10])}{' ...' if len(classes) > 10 else ''})")
+                              f"class folder (expected {', '.join(classes[:10])}"
+                              f"{' ...' if len(classes) > 10 else ''})")
         files = _image_files(sdir)
         counts = {c: 0 for c in classes}
         for rel, _, _ in files:

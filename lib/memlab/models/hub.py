@@ -71,8 +71,8 @@ def resolve(spec: str, param: str, allow_download: bool | None = None) -> HubRef
     if cached is not None:
         return HubRef(name, cached, False)
     if not _download_allowed(allow_download):
-        raise ConfigError(f"parameter {param!r}: {spec!r} is neither a local folder nor in the Hugging Face cache; "
-                          "pass --allow-download (with a pinned revision, NAME@<commit>) or a local folder")
+        raise ConfigError(f"parameter {param!r}: {spec!r} is neither a local folder nor in the Hugging Face "
+                          "cache; pass --allow-download (with a pinned revision, NAME@<commit>) or a local folder")
     if rev is None:
         raise ConfigError(f"parameter {param!r}: downloading {name!r} needs a pinned revision; give it as "
                           f"{name}@<commit> (the commit from https://huggingface.co/{name}/commits/main)")
@@ -90,8 +90,8 @@ def check_remote_code(name: str, wanted: bool, param: str = "trust_remote_code")
     """``wanted`` when the user named the model; ConfigError when code would run without that."""
     if wanted and not remote_code_allowed(name):
         base, _ = split_revision(name)
-        raise ConfigError(f"parameter {param!r}: {base!r} ships its own modelling code; run it only by naming it: "
-                          f"--trust-remote-code {base}")
+        raise ConfigError(f"parameter {param!r}: {base!r} ships its own modelling code; run it only by "
+                          f"naming it: --trust-remote-code {base}")
     return bool(wanted)
 
 
