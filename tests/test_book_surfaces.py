@@ -294,3 +294,27 @@ def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
     tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
     assert tags == [["parameters", "hide-input"], ["injected-parameters", "remove-cell"], []]
     assert cli.hide_parameter_cells(path) is False
+
+
+def test_bibliography_labels_are_author_year_and_seed_papers_distinct():
+    from pybtex.database import parse_file
+
+    from memlab import bibstyle
+
+    files = [REPO / "book" / "references.bib", *sorted((REPO / "book" / "bib").glob("*.bib"))]
+    entries = {}
+    for f in files:
+        entries.update(parse_file(str(f)).entries)
+    style = bibstyle.AuthorYearStyle()
+    labels = dict(zip([e.key for e in style.sort(entries.values())],
+                      style.format_labels(style.sort(entries.values()))))
+    assert labels["he2016resnet"] == "He et al., 2016"
+    assert labels["ioffe2015batchnorm"] == "Ioffe and Szegedy, 2015"
+    seeds = ["bnillusion", "sde2026", "canaryaudit", "qskew", "morris2025memorize"]
+    assert len({labels[k] for k in seeds}) == 5 and not any("Anonymous" in labels[k] for k in seeds)
+    assert len(set(labels.values())) == len(labels), "labels must be unique"
+    for key, e in entries.items():
+        for v in e.fields.values():
+            assert "shared/" not in v and not v.startswith("/"), f"{key} points at a local path: {v}"
+    for key in ("sde2026", "canaryaudit", "morris2025memorize"):
+        assert entries[key].fields.get("eprint"), f"{key}: arXiv id missing"
