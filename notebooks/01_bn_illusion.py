@@ -51,10 +51,9 @@ from IPython.display import Markdown, display
 
 from memlab import bn, config, paper, plotting, results
 from memlab.experiments import ch01_bn_illusion as ch
-from memlab.experiments import ch01_figures as figs
 
 warnings.filterwarnings("ignore", category=UserWarning)
-CH = "01_bn_illusion"
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
@@ -202,7 +201,19 @@ else:
 
 # %%
 fig1a_df = ch.figure1a_table(cfg, data, models, long)
-_ = plotting.publish(figs.fig1a(fig1a_df), "fig1a", CH)
+# Grouped bars per method: forget accuracy before, after a B-image recovery, after
+# the full recalibration.
+fig, ax = plotting.figure("wide")
+n_cols = len(fig1a_df.columns)
+bar_w = 0.8 / n_cols
+xs = np.arange(len(fig1a_df))
+for i, col in enumerate(fig1a_df.columns):
+    ax.bar(xs + (i - (n_cols - 1) / 2) * bar_w, fig1a_df[col].values, bar_w, label=col)
+ax.set_xticks(xs, fig1a_df.index, rotation=30, ha="right")
+ax.set_ylabel("forget-class test accuracy (%)")
+ax.set_ylim(0, 100)
+ax.legend(ncols=n_cols, loc="upper left")
+_ = plotting.publish(fig, "fig1a", CH)
 display(fig1a_df.style.format(precision=1))
 run.record(figure1a=fig1a_df.to_dict(orient="index"))
 
@@ -225,7 +236,30 @@ run.record(figure1a=fig1a_df.to_dict(orient="index"))
 # %%
 sweep = ch.budget_sweep(cfg, data, models)
 post_f = {m: table1_metrics[m]["Post-F"] for m in cfg.recovery_methods}
-_ = plotting.publish(figs.fig1b(sweep, post_f), "fig1b", CH)
+# One panel per method, one line per image source; dashed: full retain recalibration.
+source_labels = {"retain": "retain images", "test": "held-out test images",
+                 "ood": "out-of-distribution substitute"}
+rec_methods = list(dict.fromkeys(sweep["method"]))
+fig, axes = plotting.figure("wide", ncols=len(rec_methods), sharey=True)
+axes = np.atleast_1d(axes)
+for ax, m in zip(axes, rec_methods):
+    d = sweep[sweep["method"] == m]
+    for src, g in d.groupby("source", sort=False):
+        s = g.groupby("budget")["forget_acc"].agg(["mean", "std"])
+        ax.errorbar(s.index, s["mean"], yerr=s["std"].fillna(0), marker="o", ms=3,
+                    capsize=2, label=source_labels.get(src, src))
+    ax.axhline(post_f[m], ls="--", color="k", lw=1, label="full retain recalibration")
+    ax.set_xscale("log")
+    budgets = sorted(d["budget"].unique())
+    ax.set_xticks(budgets, [str(b) for b in budgets], rotation=45)
+    ax.minorticks_off()
+    ax.set_title(m)
+    ax.set_xlabel("recovery budget B (images)")
+axes[0].set_ylabel("forget-class test accuracy (%)")
+axes[0].set_ylim(0, 100)
+handles, labels = axes[0].get_legend_handles_labels()
+fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
+_ = plotting.publish(fig, "fig1b", CH)
 piv = sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
 display(piv.style.format(precision=1))
 rec = paper.table(CH, "recovery_b10")
@@ -287,7 +321,16 @@ else:
 
 # %%
 corr = ch.correlations(ours)
-_ = plotting.publish(figs.fig_scatter(ours), "correlations", CH)
+# Post-recalibration forget accuracy against ReAUC and LP-50, one point per method.
+fig, axes = plotting.figure("wide", ncols=2)
+for ax, y in zip(axes, ("ReAUC", "LP-50")):
+    ax.scatter(ours["Post-F"], ours[y])
+    for name, r in ours.iterrows():
+        ax.annotate(name, (r["Post-F"], r[y]), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")
+    ax.set_xlabel("Post-F (%)")
+    ax.set_ylabel(y)
+_ = plotting.publish(fig, "correlations", CH)
 cp = paper.table(CH, "correlations")
 display(corr.style.format(precision=3, subset=["statistic"]).format("{:.2g}", subset=["p-value"]))
 display(Markdown("Paper (" + cp.attrs["source"] + "): " + ", ".join(f"{k} {v}" for k, v in cp.loc["ReAUC"].items())
@@ -310,7 +353,21 @@ run.record(correlations=corr.to_dict(orient="records"))
 
 # %%
 app_h = ch.ga_step_sweep(cfg, data, cfg.seed)
-_ = plotting.publish(figs.fig_sweep(app_h, "gradient-ascent steps"), "appendix_h", CH)
+def plot_pre_post(df: pd.DataFrame, xlabel: str):
+    """Pre-F and Post-F (%) against a swept setting (Appendices H and Q)."""
+    fig, ax = plotting.figure("single")
+    ax.plot(df.index, df["Pre-F"], marker="o", label="Pre-F (published)")
+    ax.plot(df.index, df["Post-F"], marker="s", label="Post-F (recalibrated)")
+    ax.fill_between(df.index, df["Pre-F"], df["Post-F"], alpha=0.15, label="ΔF")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("forget-class test accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    return fig
+
+
+_ = plotting.publish(plot_pre_post(app_h, "gradient-ascent steps"), "appendix_h",
+                     CH)
 display(app_h.style.format(precision=1))
 run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items()})
 
@@ -330,7 +387,8 @@ run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items
 
 # %%
 app_q = ch.salun_mix_sweep(cfg, data, cfg.seed)
-_ = plotting.publish(figs.fig_sweep(app_q, "retain share of each SalUn batch"), "appendix_q", CH)
+fig = plot_pre_post(app_q, "retain share of each SalUn batch")
+_ = plotting.publish(fig, "appendix_q", CH)
 display(app_q.style.format(precision=1))
 run.record(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()})
 
@@ -352,7 +410,19 @@ run.record(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index"
 
 # %%
 mis = ch.misalignment_profile(cfg, data, models)
-_ = plotting.publish(figs.fig2(mis), "fig2", CH)
+# Per-layer gap before (solid) and after (dashed) recalibration, one colour per method.
+fig, ax = plotting.figure("wide")
+for i, (m, g) in enumerate(mis.groupby("method", sort=False)):
+    ax.plot(g["layer"], g["before"], color=f"C{i % 10}", marker=".", label=m)
+    ax.plot(g["layer"], g["after"], color=f"C{i % 10}", ls="--", lw=0.8)
+ax.plot([], [], color="k", ls="--", lw=0.8,
+        label="half vs full retain (sampling error)")
+ax.set_yscale("log")
+ax.set_xticks(sorted(mis["layer"].unique()))
+ax.set_xlabel("BN layer (input to output)")
+ax.set_ylabel("mean |μ - μ*| / σ*")
+ax.legend(ncols=2, fontsize=7)
+_ = plotting.publish(fig, "fig2", CH)
 by_method = mis.groupby("method", sort=False)[["before", "after"]].agg(["mean", "max"])
 display(by_method.style.format(precision=4))
 run.record(misalignment={"before_mean": mis.groupby("method")["before"].mean().to_dict(),

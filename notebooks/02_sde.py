@@ -55,10 +55,11 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import config, paper, plotting, results
+from memlab import config, paper, plotting, results, sde
 from memlab.experiments import ch02_sde as ch
 
-cfg = config.resolve("02_sde", profile=profile, **params)
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
+cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 
@@ -98,7 +99,7 @@ run.record(f1=f1.to_dict(orient="index"), main_column=main_col)
 
 ours1 = pd.concat([f1.loc[["SDE"]].rename(index={"SDE": "CIFAR-10"}),
                    pd.DataFrame(np.nan, index=list(ch.NOT_RUN_DATASETS), columns=f1.columns)])
-table1 = paper.side_by_side(ours1, paper.table("02_sde", "table1"))
+table1 = paper.side_by_side(ours1, paper.table(CH, "table1"))
 display(table1.round(2))
 display(Markdown("SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline copy of these data sets; "
                  "their rows show the paper's numbers only."))
@@ -113,7 +114,7 @@ display(Markdown("SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline 
 
 # %%
 ours2 = f1[[main_col]].rename(columns={main_col: "F1"})
-display(paper.side_by_side(ours2, paper.table("02_sde", "table2")).round(2))
+display(paper.side_by_side(ours2, paper.table(CH, "table2")).round(2))
 display(f1.round(2).rename_axis("F1 at every setting"))
 
 # %% [markdown]
@@ -138,7 +139,7 @@ models = ch.unlearn_all(cfg, data)
 unlearning = ch.evaluate_unlearning(cfg, data, models)
 table3 = unlearning["table"]
 run.record(table3=table3.to_dict(orient="index"))
-display(paper.side_by_side(table3, paper.table("02_sde", "table3"),
+display(paper.side_by_side(table3, paper.table(CH, "table3"),
                            ["Acc_r (%)", "Acc_f (%)", "ASR", "OTR (%)"]).round(2))
 display(table3[["Acc_test (%)"]].round(1).T)
 
@@ -151,8 +152,25 @@ display(table3[["Acc_test (%)"]].round(1).T)
 # compare the Acc_r columns before reading the OTR and ASR of that row.
 
 # %%
-fig = ch.plot_dependence(unlearning["dists"])
-_ = plotting.publish(fig, "dependence", "02_sde")
+# One panel per model: histograms of the in-training, out-of-training and target
+# distributions of the split-half HSIC.
+dists = unlearning["dists"]
+ncols = min(3, len(dists))
+nrows = int(np.ceil(len(dists) / ncols))
+fig, axes = plotting.figure("tall" if nrows > 1 else "wide", ncols=ncols, nrows=nrows,
+                            squeeze=False)
+labels = {"in": "in-training ref. (retain)", "out": "out-of-training ref. (test)",
+          "target": "target (forget subset)"}
+for ax, (name, d) in zip(axes.ravel(), dists.items()):
+    edges = sde.shared_edges(d["in"], d["out"], d["target"], n_bins=30)
+    for key, label in labels.items():
+        ax.hist(d[key], bins=edges, alpha=0.55, label=label)
+    ax.set_title(name)
+    ax.set_xlabel("split-half HSIC")
+for ax in axes.ravel()[len(dists):]:
+    ax.set_visible(False)
+axes.ravel()[0].legend()
+_ = plotting.publish(fig, "dependence", CH)
 
 # %% [markdown]
 # ```{glue:figure} 02_sde-dependence
@@ -177,7 +195,14 @@ model_rmax = controlled["models"][r_max][0]
 sweep = ch.size_sweep(cfg, data, model_rmax, r_max)
 run.record(size_sweep={d: {int(k): v for k, v in sweep[d].items()} for d in sweep.columns})
 display(sweep.round(2))
-_ = plotting.publish(ch.plot_size_sweep(sweep), "size", "02_sde")
+fig, ax = plotting.figure("single")
+for col, marker in zip(sweep.columns, "osd"):
+    ax.plot(sweep.index, sweep[col], marker=marker, label=col)
+ax.set_xlabel("subset size |S|")
+ax.set_ylabel("F1 (out-of-training detection)")
+ax.set_ylim(-0.02, 1.02)
+ax.legend()
+_ = plotting.publish(fig, "size", CH)
 
 # %% [markdown]
 # ```{glue:figure} 02_sde-size

@@ -54,10 +54,10 @@ from IPython.display import Markdown, display
 from memlab import canaries, config, paper, plotting, results
 from memlab.experiments import ch03_canary_audit as ch
 
-cfg = config.resolve("03_canary_audit", profile=profile, **params)
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
+cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
-CH = "03_canary_audit"
 K_MAX = max(cfg.unlearn_steps)
 PAPER_K = [100, 400, 800, 1600]
 

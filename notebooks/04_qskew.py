@@ -45,7 +45,8 @@ from IPython.display import Markdown, display
 from memlab import config, mia, paper, plotting, results
 from memlab.experiments import ch04_qskew as ch
 
-cfg = config.resolve("04_qskew", profile=profile, **params)
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
+cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
 pd.set_option("display.precision", 1)
@@ -79,7 +80,7 @@ pd.set_option("display.precision", 1)
 
 # %%
 setup = ch.prepare(cfg)
-run.metrics["setup"] = setup.info
+run.record(setup=setup.info)
 display(pd.Series(setup.info, name="value").to_frame())
 
 # %% [markdown]
@@ -126,9 +127,9 @@ display(pd.DataFrame({"Q-Skew": {k: mia.qskew(v) for k, v in demo.items()},
 
 # %%
 dft = ch.domain_experiment(setup)
-ours_dft = ch.mean_table(dft["main"])
-run.metrics["domain"] = ours_dft.to_dict(orient="index")
-paper_dft = paper.table("04_qskew", "table1_wikitext")
+ours_dft = ch.table1(dft)
+run.record(domain=ours_dft.to_dict(orient="index"))
+paper_dft = paper.table(CH, "table1_wikitext")
 paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
 
 # %% [markdown]
@@ -140,15 +141,31 @@ paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
 # ### Why skewness: the distribution of $\Delta$
 
 # %%
-if dft["examples"] is not None and dft["examples"]["qskew"] is not None:
-    _ = plotting.publish(ch.plot_deltas(dft["examples"]), "deltas", "04_qskew")
-    ex = dft["examples"]
+if dft.examples is not None and dft.examples["qskew"] is not None:
+    ex = dft.examples
     from scipy.stats import skew as _skew
-    pooled = {lab: np.concatenate([d for d, y in zip(ex["deltas"], ex["labels"]) if y == lab]) for lab in (1, 0)}
+    pairs = list(zip(ex["deltas"], ex["labels"]))
+    pooled = {lab: np.concatenate([d for d, y in pairs if y == lab]) for lab in (1, 0)}
+    # Left: pooled Delta of members vs non-members; right: Q-Skew score histograms.
+    fig, (a, b) = plotting.figure("wide", ncols=2)
+    lo, hi = np.percentile(np.r_[pooled[1], pooled[0]], [0.5, 99.5])
+    bins = np.linspace(lo, hi, 60)
+    a.hist(pooled[0], bins, density=True, alpha=0.6, label="non-members")
+    a.hist(pooled[1], bins, density=True, alpha=0.6, label="members")
+    a.set_xlabel(r"$\Delta$ = NLL$_{ref}$ - NLL$_{target}$ per masked token (nats)")
+    a.set_ylabel("density")
+    a.legend()
+    q, lab = ex["qskew"], ex["labels"]
+    bins = np.linspace(q.min(), q.max(), 25)
+    b.hist(q[lab == 0], bins, alpha=0.6, label="non-members")
+    b.hist(q[lab == 1], bins, alpha=0.6, label="members")
+    b.set_xlabel("Q-Skew score per sequence")
+    b.legend()
+    _ = plotting.publish(fig, "deltas", CH)
     delta_stats = pd.DataFrame({name: {"mean": v.mean(), "median": np.median(v), "skewness": _skew(v),
                                        "Q-Skew (pooled)": mia.qskew(v)}
                                 for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
-    run.metrics["delta_stats"] = delta_stats.to_dict(orient="index")
+    run.record(delta_stats=delta_stats.to_dict(orient="index"))
     display(delta_stats.round(3))
     m_, n_ = delta_stats.loc["members"], delta_stats.loc["non-members"]
     predicted = m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
@@ -173,9 +190,9 @@ if dft["examples"] is not None and dft["examples"]["qskew"] is not None:
 
 # %%
 ift = ch.instruction_experiment(setup)
-ours_ift = ch.mean_table(ift["main"])
-run.metrics["instruction"] = ours_ift.to_dict(orient="index")
-paper.side_by_side(ours_ift, paper.table("04_qskew", "table2_alpaca"), ch.METRICS)
+ours_ift = ch.table2(ift)
+run.record(instruction=ours_ift.to_dict(orient="index"))
+paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS)
 
 # %% [markdown]
 # Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (Table 2, the general-purpose instruction set
@@ -183,15 +200,24 @@ paper.side_by_side(ours_ift, paper.table("04_qskew", "table2_alpaca"), ch.METRIC
 # Tulu-3 is 72.8 and 67.2, and Table 3 reports the weaker Dream models:
 
 # %%
-display(paper.table("04_qskew", "table3_dream"))
+display(paper.table(CH, "table3_dream"))
 
 # %% [markdown]
 # ## Attack strength against fine-tuning epochs (Figure 2)
 
 # %%
-_ = plotting.publish(ch.plot_sweep(dft), "epochs", "04_qskew")
-sweep = ch.sweep_table(dft)
-run.metrics["epochs_sweep_auc"] = {str(e): sweep[e].to_dict() for e in sweep.columns}
+sweep = ch.figure2_table(dft)
+fig, ax = plotting.figure("single")
+for label, row in sweep.iterrows():
+    width = 2.2 if label == "Q-Skew" else 1.2
+    ax.plot(sweep.columns, row.to_numpy(), marker="o", lw=width, label=label)
+ax.axhline(50, color="grey", lw=0.8, ls="--")
+ax.set_xticks(list(sweep.columns))
+ax.set_xlabel("fine-tuning epochs")
+ax.set_ylabel("AUC (%)")
+ax.legend(ncol=2)
+_ = plotting.publish(fig, "epochs", CH)
+run.record(epochs_sweep_auc={str(e): sweep[e].to_dict() for e in sweep.columns})
 sweep
 
 # %% [markdown]
@@ -211,20 +237,12 @@ sweep
 # which 20% of the tokens were replaced at random.
 
 # %%
-if dft["ref_instruct"]:
-    t4 = {}
-    for side, golden, other, para, sama, key in (
-            ("base (domain)", dft["main"], dft["ref_instruct"], dft["ref_para"], dft["main"], "table4_base"),
-            ("instruct (instruction)", ift["main"], ift["ref_base"], ift["ref_para"], ift["main"], "table4_instruct")):
-        ours = pd.concat([ch.mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
-                          ch.mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
-                          ch.mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
-        if "sama" in cfg.scores:
-            ours = pd.concat([ours, ch.mean_table(sama, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
-        t4[side] = ours
-        run.metrics[f"table4_{side.split()[0]}"] = ours.to_dict(orient="index")
-        display(Markdown(f"**{side}** (paper: {paper.source('04_qskew', key)})"))
-        display(paper.side_by_side(ours, paper.table("04_qskew", key), ch.METRICS))
+t4 = ch.table4(dft, ift, cfg.scores)
+for side, ours in t4.items():
+    label, key = ch.TABLE4_SIDES[side]
+    run.record(**{f"table4_{side}": ours.to_dict(orient="index")})
+    display(Markdown(f"**{label}** (paper: {paper.source(CH, key)})"))
+    display(paper.side_by_side(ours, paper.table(CH, key), ch.METRICS))
 
 # %% [markdown]
 # ## Ablation (Table 5)
@@ -234,10 +252,10 @@ if dft["ref_instruct"]:
 # weighting*: plain $3(\mathrm{mean}-\mathrm{median})/s$.
 
 # %%
-if dft["ablation"]:
-    ours_abl = ch.mean_table(dft["ablation"])
-    run.metrics["ablation"] = ours_abl.to_dict(orient="index")
-    display(paper.side_by_side(ours_abl, paper.table("04_qskew", "table5"), ch.METRICS))
+ours_abl = ch.table5(dft)
+if ours_abl is not None:
+    run.record(ablation=ours_abl.to_dict(orient="index"))
+    display(paper.side_by_side(ours_abl, paper.table(CH, "table5"), ch.METRICS))
 
 # %% [markdown]
 # ## Token-level asymmetry (Figure 1)
@@ -251,8 +269,16 @@ if dft["ablation"]:
 
 # %%
 asym = ch.asymmetry_experiment(setup)
-_ = plotting.publish(ch.plot_asymmetry(asym), "asymmetry", "04_qskew")
-run.metrics["asymmetry"] = asym["table"].to_dict(orient="index")
+# Violin plot of per-token gains by fine-tuning mask ratio (Figure 1 analogue).
+fig, ax = plotting.figure("single")
+ratios = list(asym["gains"])
+ax.violinplot([asym["gains"][r] for r in ratios], showmedians=True)
+ax.set_xticks(range(1, len(ratios) + 1), [f"{r:g}" for r in ratios])
+ax.axhline(0, color="grey", lw=0.8)
+ax.set_xlabel("fine-tuning mask ratio")
+ax.set_ylabel("per-token gain NLL$_{base}$ - NLL$_{ft}$ (nats)")
+_ = plotting.publish(fig, "asymmetry", CH)
+run.record(asymmetry=asym["table"].to_dict(orient="index"))
 asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
 # %% [markdown]
@@ -277,11 +303,12 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
 # %%
 pii = ch.pii_experiment(setup)
-run.metrics["pii"] = {"hits": pii["hits"], "oracle": pii["oracle"], "targets_per_kind": pii["n"]}
+run.record(pii={"hits": pii["hits"], "oracle": pii["oracle"],
+                "targets_per_kind": pii["n"],
+                "memorisation": pii["memorisation"].to_dict(orient="index")})
 ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
-display(paper.side_by_side(ours_pii, paper.table("04_qskew", "table6")))
+display(paper.side_by_side(ours_pii, paper.table(CH, "table6")))
 display(pii["examples"])
-run.metrics["pii"]["memorisation"] = pii["memorisation"].to_dict(orient="index")
 display(Markdown("Mean NLL (nats per token) of the true PII with the whole PII masked, before and after "
                  "fine-tuning on the records:"))
 display(pii["memorisation"].round(2))

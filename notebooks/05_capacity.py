@@ -59,7 +59,7 @@ from memlab import capacity as cap
 from memlab import config, paper, plotting, results
 from memlab.experiments import ch05_capacity as ch
 
-CH = "05_capacity"
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 
 
 def log_x(ax, values):

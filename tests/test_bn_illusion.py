@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats
 
-from memlab import config
+from memlab import config, probes
 from memlab.config import ConfigError
 from memlab.data import vision
 from memlab.experiments import ch01_bn_illusion as E
@@ -72,12 +72,12 @@ def test_patch_shuffle_permutes_tiles_only():
 
 def test_relearn_auc_is_zero_for_retrain_one_for_original_and_linear_between():
     orig, retr = np.array([90.0, 95, 97]), np.array([0.0, 40, 60])
-    assert E.relearn_auc(retr, orig, retr) == 0.0
-    assert E.relearn_auc(orig, orig, retr) == 1.0
+    assert probes.relearn_auc(retr, orig, retr) == 0.0
+    assert probes.relearn_auc(orig, orig, retr) == 1.0
     mid = (orig + retr) / 2
-    assert E.relearn_auc(mid, orig, retr) == pytest.approx(0.5)
-    assert E.relearn_auc(retr - 10, orig, retr) == 0.0  # clipped
-    assert np.isnan(E.relearn_auc(orig, orig, orig))
+    assert probes.relearn_auc(mid, orig, retr) == pytest.approx(0.5)
+    assert probes.relearn_auc(retr - 10, orig, retr) == 0.0  # clipped
+    assert np.isnan(probes.relearn_auc(orig, orig, orig))
 
 
 def test_summarise_and_lp_decomposition_identities():

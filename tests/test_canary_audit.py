@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import config
+from memlab import config, lm
 from memlab.config import ConfigError
 from memlab.data import authors as A
 from memlab.experiments import ch03_canary_audit as E
+from memlab.unlearning import npo
 
 CH = "03_canary_audit"
 
@@ -81,12 +82,12 @@ def test_every_profile_resolves_and_paper_is_paper_scale():
 def test_npo_loss_closed_form_and_direction():
     beta = 0.1
     ref = torch.tensor([-5.0, -7.0])
-    assert float(E.npo_loss(ref.clone(), ref, beta)) == pytest.approx(2 / beta * math.log(2))
+    assert float(npo.npo_loss(ref.clone(), ref, beta)) == pytest.approx(2 / beta * math.log(2))
     logp = ref.clone().requires_grad_(True)
-    E.npo_loss(logp, ref, beta).backward()
+    npo.npo_loss(logp, ref, beta).backward()
     assert (logp.grad > 0).all()  # descending the loss lowers the forget log-likelihood
     # far below the reference the loss saturates at 0 (NPO's bounded forgetting)
-    assert float(E.npo_loss(ref - 1e4, ref, beta)) == pytest.approx(0.0, abs=1e-6)
+    assert float(npo.npo_loss(ref - 1e4, ref, beta)) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_sequence_logprob_matches_manual_sum():
@@ -95,8 +96,8 @@ def test_sequence_logprob_matches_manual_sum():
     torch.manual_seed(0)
     model = Q.build_small(Q.small_config(40, hidden=32, layers=1, heads=2, kv_heads=1)).eval()
     examples = [([3, 4, 5, 6, 7], [False, False, True, True, True]), ([8, 9, 10], [False, True, True])]
-    ids, att, mask = E._batch(examples, pad_id=0)
-    got = E.sequence_logprob(model, ids, att, mask)
+    ids, att, mask = lm.pad_batch(examples, pad_id=0)
+    got = lm.sequence_logprob(model, ids, att, mask)
     for i, (seq, m) in enumerate(examples):
         logp = torch.log_softmax(model(input_ids=torch.tensor([seq])).logits[0], -1)
         want = sum(float(logp[t - 1, seq[t]]) for t in range(1, len(seq)) if m[t])

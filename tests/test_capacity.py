@@ -9,7 +9,7 @@ from torch import nn
 from memlab import capacity as cap
 from memlab.config import ConfigError
 from memlab.data.synthetic import uniform_tokens
-from memlab.experiments.ch05_capacity import text_sequences
+from memlab.lm import text_sequences
 from memlab.models import gpt2_small as g2
 
 

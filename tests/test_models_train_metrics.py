@@ -40,9 +40,9 @@ def test_training_learns_a_separable_problem():
     x = torch.randn(64, 3, 32, 32)
     y = (x[:, 0].mean((1, 2)) > 0).long()
     m = resnet18(num_classes=2, norm="gn", width=4)  # no running statistics to lag behind the weights
-    before = train.evaluate(m, x, y)
+    before = train.accuracy(m, x, y)
     losses = train.train_classifier(m, x, y, epochs=8, batch_size=16, lr=0.05, augment=False)
-    assert losses[-1] < losses[0] and train.evaluate(m, x, y) > max(before, 0.8)
+    assert losses[-1] < losses[0] and train.accuracy(m, x, y) > max(before, 0.8)
     assert not m.training and train.features(m, x).shape == (64, 32)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import config
+from memlab import config, mia
 from memlab.config import ConfigError
 from memlab.data import pii as pii_data
 from memlab.experiments import ch04_qskew as qs
@@ -64,15 +64,15 @@ def test_stream_blocks_and_perturb():
 def test_rank_candidates_limits():
     ce = np.array([2.0, 1.0, 3.0])
     sk = np.array([0.1, -0.5, 0.9])
-    assert np.argmax(qs.rank_candidates(ce, sk, 0.0)) == 1  # lowest cross-entropy
-    assert np.argmax(qs.rank_candidates(ce, sk, 1.0)) == 2  # highest skewness
+    assert np.argmax(mia.rank_candidates(ce, sk, 0.0)) == 1  # lowest cross-entropy
+    assert np.argmax(mia.rank_candidates(ce, sk, 1.0)) == 2  # highest skewness
     z = lambda x: (x - x.mean()) / x.std()  # noqa: E731
-    assert np.allclose(qs.rank_candidates(ce, sk, 0.1), -0.9 * z(ce) + 0.1 * z(sk))
+    assert np.allclose(mia.rank_candidates(ce, sk, 0.1), -0.9 * z(ce) + 0.1 * z(sk))
 
 
 def test_span_parts_are_disjoint():
-    pii = qs._span_eligible(10, 5, 20, 48, "pii")
-    ctx = qs._span_eligible(10, 5, 20, 48, "context")
+    pii = mia.span_eligible(10, 5, 20, 48, "pii")
+    ctx = mia.span_eligible(10, 5, 20, 48, "context")
     assert pii.sum() == 5 and not (pii & ctx).any()
     assert ctx[2:10].all() and not ctx[:2].any() and ctx.sum() == 20 - 5
 
@@ -116,12 +116,18 @@ def test_paper_profile_path_on_tiny_local_checkpoint(tmp_path, monkeypatch):
     setup = qs.prepare(cfg)
     assert setup.base.mask_id == hf_tok.mask_token_id and not setup.base.shift_logits
     dft = qs.domain_experiment(setup)
-    table = qs.mean_table(dft["main"])
+    table = qs.table1(dft)
     assert list(table.index) == ["Loss", "Min-K%", "Min-K%++", "Calibration", "SecMI", "SAMA", "Q-Skew"]
     assert table.notna().all().all() and ((table >= 0) & (table <= 100)).all().all()
-    assert len(dft["ablation"]) == 1 and len(dft["ref_para"]) == 1
+    assert len(dft.ablation) == 1 and len(dft.ref_para) == 1
+    assert list(qs.table5(dft).index)[0] == "Q-Skew" and list(qs.figure2_table(dft).columns) == [1]
     ift = qs.instruction_experiment(setup)
-    assert set(ift["main"][0]) == set(cfg.scores)
+    assert set(ift.main[0]) == set(cfg.scores)
+    t4 = qs.table4(dft, ift, cfg.scores)
+    assert set(t4) == {"base", "instruct"}
+    assert list(t4["base"].index) == ["Golden reference", "Other-variant reference",
+                                      "Para-modification reference", "SAMA (w/ Ref)"]
+    assert t4["base"].loc["Golden reference"].equals(table.loc["Q-Skew"].rename("Golden reference"))
     pii = qs.pii_experiment(setup)
     assert pii["n"] == 1 and set(pii["hits"]["CE"]) == {"email", "phone"}
 

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab import config
+from memlab import config, probes
 from memlab.config import ConfigError
 from memlab.experiments import ch02_sde as ex
 from memlab.unlearning import registry
@@ -99,8 +99,8 @@ def test_mia_asr_direction():
     confident = np.full((200, k), 0.01)
     confident[np.arange(200), y] = 1 - 0.01 * (k - 1)
     flat = r.dirichlet(np.ones(k), 200)
-    assert ex.mia_asr(confident, y, flat, y, confident[:50], y[:50]) == 0.0
-    assert ex.mia_asr(confident, y, flat, y, flat[:50], y[:50]) > 0.9
+    assert probes.confidence_attack_asr(confident, y, flat, y, confident[:50], y[:50]) == 0.0
+    assert probes.confidence_attack_asr(confident, y, flat, y, flat[:50], y[:50]) > 0.9
 
 
 # ----------------------------------------------------------------------------- unlearning methods

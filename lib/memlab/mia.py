@@ -392,3 +392,63 @@ def score_sequences(target, reference, ids: torch.Tensor, eligible: torch.Tensor
     tv = model_view(target, ids, probe, attention_mask, batch_size)
     rv = model_view(reference, ids, probe, attention_mask, batch_size) if reference is not None else None
     return compute_scores(tv, rv, probe, scores, h=h, k=k, seed=seed)
+
+
+# ----------------------------------------------------------------------------- PII reconstruction ranking
+
+def span_eligible(prefix_len: int, cand_len: int, span: int, length: int, part: str) -> torch.Tensor:
+    """(length,) bool: the PII tokens (``part='pii'``) or the context tokens (``part='context'``) of a span.
+
+    The span covers ``span`` tokens starting 8 tokens before the PII (as in the
+    Q-Skew paper's X = 20 example), at least up to one token after the candidate.
+    """
+    if part not in ("pii", "context"):
+        raise ValueError(f"parameter 'part': must be 'pii' or 'context' (got {part!r})")
+    start = max(0, prefix_len - 8)
+    end = min(length, start + max(span, prefix_len - start + cand_len + 1))
+    e = torch.zeros(length, dtype=torch.bool)
+    if part == "pii":
+        e[prefix_len:prefix_len + cand_len] = True
+    else:
+        e[start:end] = True
+        e[prefix_len:prefix_len + cand_len] = False
+    return e
+
+
+def candidate_ce(model, seqs: torch.Tensor, *, repeats: int, mask_share: float, generator: torch.Generator,
+                 batch_size: int = 64) -> np.ndarray:
+    """(C,) mean NLL (nats/token) of each candidate record under ``repeats`` random masks.
+
+    seqs: (C, L) candidate records. Each repeat masks every token with probability
+    ``mask_share`` (at least one token per row); the cross-entropy baseline of Table 6.
+    """
+    reps = seqs.repeat_interleave(repeats, 0)
+    masks = torch.rand(reps.shape, generator=generator) < mask_share
+    masks[:, 0] |= ~masks.any(1)
+    nll = masked_nll(model, reps, masks, batch_size=batch_size)
+    return torch.nanmean(nll.view(seqs.shape[0], -1), 1).numpy()
+
+
+def candidate_qskew(target, reference, seqs: torch.Tensor, eligible: torch.Tensor, *, rho: float, rounds: int,
+                    h: float, seed: int, batch_size: int = 64) -> np.ndarray:
+    """(C,) Q-Skew of each candidate record with cyclic masks over its ``eligible`` (C, L) tokens."""
+    probe = make_probe(eligible, rho=rho, rounds=rounds, sama_steps=1, seed=seed)
+    tv = model_view(target, seqs, probe, None, batch_size, groups={"cyclic"})
+    rv = model_view(reference, seqs, probe, None, batch_size, groups={"cyclic"})
+    return np.array([qskew(d, h) for d in deltas_of(tv, rv)])
+
+
+def _zscore(x: np.ndarray) -> np.ndarray:
+    s = x.std()
+    return np.zeros_like(x) if s == 0 else (x - x.mean()) / s
+
+
+def rank_candidates(ce: np.ndarray, skewness: np.ndarray, alpha: float) -> np.ndarray:
+    """Combined score ``-(1 - alpha) Z(CE) + alpha Z(skew)`` over one target's candidates (higher = better).
+
+    ce, skewness: (C,) per-candidate cross-entropy and Q-Skew; alpha in [0, 1]
+    (0: lowest cross-entropy wins, 1: highest skewness wins).
+    """
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"parameter 'alpha': must be in [0, 1] (got {alpha})")
+    return -(1 - alpha) * _zscore(np.asarray(ce, float)) + alpha * _zscore(np.asarray(skewness, float))

@@ -117,7 +117,7 @@ def features(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.
     return torch.cat(out) if out else torch.empty(0)
 
 
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
     """Top-1 accuracy in [0, 1] of ``model`` (eval mode) on (N, C, H, W) images and (N,) labels."""
     if len(x) == 0:
         return float("nan")

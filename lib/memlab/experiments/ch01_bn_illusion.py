@@ -17,20 +17,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 from scipy import stats
-from sklearn.linear_model import LogisticRegression
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from torch import nn
 
-from memlab import bn, cache
+from memlab import bn, cache, probes
 from memlab.config import SEED_HIGH, ConfigError, Param, device, require_memory, seed_everything
 from memlab.data import vision
 from memlab.models.resnet import resnet18
 from memlab.models.vit import vit_small
 from memlab.progress import progress
-from memlab.train import evaluate, features, train_classifier
+from memlab.train import accuracy, train_classifier
 from memlab.unlearning import registry
 from memlab.unlearning._common import hparams
 from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
@@ -337,12 +333,12 @@ def unlearned_model(cfg, data: Data, original: nn.Module, method: str, seed: int
 
 def forget_accuracy(model: nn.Module, data: Data) -> float:
     """Forget-class test accuracy in percent."""
-    return 100.0 * evaluate(model, data.test_forget_x, data.test_forget_y)
+    return 100.0 * accuracy(model, data.test_forget_x, data.test_forget_y)
 
 
 def retain_accuracy(model: nn.Module, data: Data) -> float:
     """Accuracy in percent on the retain training images of ``data.eval_retain_x``."""
-    return 100.0 * evaluate(model, data.eval_retain_x, data.eval_retain_y)
+    return 100.0 * accuracy(model, data.eval_retain_x, data.eval_retain_y)
 
 
 def audit(model: nn.Module, data: Data, batch_size: int = 128) -> tuple[dict, nn.Module]:
@@ -357,69 +353,19 @@ def audit(model: nn.Module, data: Data, batch_size: int = 128) -> tuple[dict, nn
     return row, cal
 
 
-def _balanced_subset(y: torch.Tensor, per_class: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    idx = [(y == c).nonzero().flatten() for c in y.unique()]
-    return torch.cat([i[torch.randperm(len(i), generator=g)[:per_class]] for i in idx])
-
-
 def linear_probe(model: nn.Module, data: Data, per_class: int = 50, seed: int = 0) -> float:
-    """LP-50: forget-class test accuracy (%) of a logistic-regression probe on penultimate features.
-
-    The probe (standardised features, lbfgs, max_iter=1000, as in the paper)
-    is fit on ``per_class`` training images of every class, read through the
-    model in eval mode, so its answer depends on the BN state.
-    """
+    """LP-50 (%): :func:`memlab.probes.linear_probe` fit on every class, scored on the forget test set."""
     s = data.splits
-    x = torch.cat([s.retain_x, s.forget_x])
-    y = torch.cat([s.retain_y, s.forget_y])
-    idx = _balanced_subset(y, per_class, seed)
-    probe = make_pipeline(StandardScaler(), LogisticRegression(solver="lbfgs", max_iter=1000))
-    probe.fit(features(model, x[idx]).numpy(), y[idx].numpy())
-    pred = probe.predict(features(model, data.test_forget_x).numpy())
-    return 100.0 * float((pred == data.test_forget_y.numpy()).mean())
+    x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
+    return probes.linear_probe(model, x, y, data.test_forget_x, data.test_forget_y, per_class, seed)
 
 
-def relearn_curve(model: nn.Module, data: Data, *, samples: int, epochs: int, lr: float, seed: int,
-                  batch_size: int = 32) -> np.ndarray:
-    """Forget-class test accuracy (%) before and after each epoch of a relearning attack, shape (epochs + 1,).
-
-    The attack fine-tunes a copy (SGD, BN in train mode) on ``samples`` forget-class
-    training images mixed with as many retain images, so that the head cannot
-    simply collapse onto the forget class.
-    """
+def relearn_curve(model: nn.Module, data: Data, *, samples: int, epochs: int, lr: float,
+                  seed: int) -> np.ndarray:
+    """Forget-class test accuracy (%) along :func:`memlab.probes.relearn_curve` on this chapter's splits."""
     s = data.splits
-    g = torch.Generator().manual_seed(seed)
-    fi = torch.randperm(len(s.forget_x), generator=g)[:samples]
-    ri = torch.randperm(len(s.retain_x), generator=g)[:samples]
-    x, y = torch.cat([s.forget_x[fi], s.retain_x[ri]]), torch.cat([s.forget_y[fi], s.retain_y[ri]])
-    net = copy.deepcopy(model)
-    curve = [forget_accuracy(net, data)]
-    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
-    dev = next(net.parameters()).device
-    for _ in range(epochs):
-        net.train()
-        perm = torch.randperm(len(x), generator=g)
-        for i in range(0, len(x), batch_size):
-            idx = perm[i : i + batch_size]
-            loss = F.cross_entropy(net(x[idx].to(dev)), y[idx].to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        curve.append(forget_accuracy(net, data))
-    return np.asarray(curve)
-
-
-def relearn_auc(curve: np.ndarray, original: np.ndarray, retrain: np.ndarray) -> float:
-    """ReAUC in [0, 1]: area under ``curve`` normalised so Retrain's curve is 0 and the Original's is 1.
-
-    curve, original, retrain: forget accuracies (%) per epoch, same shape (E+1,).
-    Our reading of the paper's "area under the normalised forget-accuracy curve".
-    """
-    a, lo, hi = np.trapezoid(curve), np.trapezoid(retrain), np.trapezoid(original)
-    if hi - lo <= 1e-9:
-        return float("nan")
-    return float(np.clip((a - lo) / (hi - lo), 0.0, 1.0))
+    return probes.relearn_curve(model, s.forget_x, s.forget_y, s.retain_x, s.retain_y, data.test_forget_x,
+                                data.test_forget_y, samples=samples, epochs=epochs, lr=lr, seed=seed)
 
 # ----------------------------------------------------------------------------- Table 1
 
@@ -453,7 +399,7 @@ def run_method_table(cfg, data: Data, norm: str = "bn", methods: list[str] | Non
             bar.update(1)
         for row in rows:
             if row["seed"] == seed and row["norm"] == norm:
-                row["ReAUC"] = relearn_auc(curves[row["method"]], curves["Original"], curves["Retrain"])
+                row["ReAUC"] = probes.relearn_auc(curves[row["method"]], curves["Original"], curves["Retrain"])
                 row["relearn_curve"] = curves[row["method"]].round(2).tolist()
     bar.close()
     return pd.DataFrame(rows), models

@@ -24,11 +24,10 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from torch import nn
 
-from memlab import cache, sde
+from memlab import cache, probes, sde
 from memlab.config import SEED_HIGH, ConfigError, Param, require_memory, seed_everything
 from memlab.data.splits import random_split
 from memlab.data.vision import load_cifar
@@ -393,41 +392,6 @@ def depth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int
 
 # ----------------------------------------------------------------------------- Table 3: unlearning
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise softmax of (N, K) logits."""
-    z = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
-
-
-def entropy_confidence(probs: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(N, 2) attack features: probability of the true class and prediction entropy (nats).
-
-    probs: (N, K) softmax outputs; y: (N,) labels.
-    """
-    conf = probs[np.arange(len(y)), y]
-    ent = -np.sum(probs * np.log(np.clip(probs, 1e-12, 1.0)), axis=1)
-    return np.stack([conf, ent], axis=1)
-
-
-def mia_asr(member_probs, member_y, nonmember_probs, nonmember_y, forget_probs, forget_y, seed: int = 0) -> float:
-    """Share of the forget set a confidence/entropy attack labels "non-member" (MIA-efficacy).
-
-    A logistic regression on (true-class confidence, entropy) is fitted to
-    retain samples (members) against test samples (non-members), balanced by
-    subsampling the larger side, then applied to the forget set. Higher means
-    the forget set looks less like training data. probs: (N, K) softmax; y: (N,).
-    """
-    rng = np.random.default_rng(seed)
-    n = min(len(member_y), len(nonmember_y))
-    mi = rng.choice(len(member_y), n, replace=False)
-    ni = rng.choice(len(nonmember_y), n, replace=False)
-    xa = np.concatenate([entropy_confidence(member_probs[mi], member_y[mi]),
-                         entropy_confidence(nonmember_probs[ni], nonmember_y[ni])])
-    ya = np.concatenate([np.ones(n), np.zeros(n)])
-    attack = LogisticRegression().fit(xa, ya)
-    return float(np.mean(attack.predict(entropy_confidence(forget_probs, forget_y)) == 0))
-
-
 def method_config(cfg, name: str, accumulated: dict) -> dict:
     """Hyperparameters handed to ``registry.get(name).fn`` for this chapter's scale."""
     steps = {"steps": cfg.unlearn_steps, "lr": cfg.unlearn_lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
@@ -477,7 +441,7 @@ def evaluate_unlearning(cfg, data: Data, models: dict[str, nn.Module]) -> dict:
     rows, dists = {}, {}
     for name, model in progress(models.items(), desc="evaluate"):
         ltr, lte = all_outputs(model, data, "logits")
-        ptr, pte = _softmax(ltr), _softmax(lte)
+        ptr, pte = probes.softmax(ltr), probes.softmax(lte)
         tr, te = {"logits": (ltr, lte), "softmax": (ptr, pte)}.get(cfg.feature) or all_outputs(model, data, cfg.feature)
         raw = judge_targets(tr, te, subsets, cfg, ("SDE",), seed=cfg.seed)
         correct = ltr.argmax(1) == ytr
@@ -485,7 +449,7 @@ def evaluate_unlearning(cfg, data: Data, models: dict[str, nn.Module]) -> dict:
             "Acc_r (%)": 100 * float(correct[retain].mean()),
             "Acc_f (%)": 100 * float(correct[forget].mean()),
             "Acc_test (%)": 100 * float((lte.argmax(1) == yte).mean()),
-            "ASR": mia_asr(ptr[retain], ytr[retain], pte, yte, ptr[forget], ytr[forget], seed=cfg.seed),
+            "ASR": probes.confidence_attack_asr(ptr[retain], ytr[retain], pte, yte, ptr[forget], ytr[forget], seed=cfg.seed),
             "OTR (%)": 100 * float(np.mean(raw["SDE"])),
         }
         dists[name] = {"in": raw["h_in"], "out": raw["h_out"], "target": raw["h_targets"][0]}
@@ -497,44 +461,6 @@ def early_check(cfg, data: Data, early_model: nn.Module, fraction: float, size: 
     held, kept = holdout_split(cfg, len(data.y_train), fraction)
     tr, te = all_outputs(early_model, data, cfg.feature)
     return classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)["SDE"]
-
-
-# ----------------------------------------------------------------------------- figures
-
-def plot_dependence(dists: dict[str, dict[str, np.ndarray]]):
-    """One panel per model: histograms of the in-training, out-of-training and target distributions."""
-    from memlab import plotting
-
-    names = list(dists)
-    ncols = min(3, len(names))
-    nrows = int(np.ceil(len(names) / ncols))
-    fig, axes = plotting.figure("tall" if nrows > 1 else "wide", ncols=ncols, nrows=nrows, squeeze=False)
-    for ax, name in zip(axes.ravel(), names):
-        d = dists[name]
-        edges = sde.shared_edges(d["in"], d["out"], d["target"], n_bins=30)
-        for key, label in (("in", "in-training ref. (retain)"), ("out", "out-of-training ref. (test)"),
-                           ("target", "target (forget subset)")):
-            ax.hist(d[key], bins=edges, alpha=0.55, label=label)
-        ax.set_title(name)
-        ax.set_xlabel("split-half HSIC")
-    for ax in axes.ravel()[len(names):]:
-        ax.set_visible(False)
-    axes.ravel()[0].legend()
-    return fig
-
-
-def plot_size_sweep(df: pd.DataFrame):
-    """F1 of each detector (columns of ``df``) against subset size (its index)."""
-    from memlab import plotting
-
-    fig, ax = plotting.figure("single")
-    for col, marker in zip(df.columns, "osd"):
-        ax.plot(df.index, df[col], marker=marker, label=col)
-    ax.set_xlabel("subset size |S|")
-    ax.set_ylabel("F1 (out-of-training detection)")
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend()
-    return fig
 
 
 # ----------------------------------------------------------------------------- claims

@@ -9,8 +9,8 @@ Pipeline (one code path for every profile):
 2. :func:`memorise` — a LoRA adapter (peft) that memorises every author under
    one trace template (BIO, META or NONE); cached by its settings.
 3. :func:`unlearn_sweep` — NPO with the forgetting loss masked to the answer
-   span (or Gradient Ascent), evaluated with :func:`evaluate` at every K.
-4. :func:`evaluate` — the probes of :mod:`memlab.canaries` at fixed weights.
+   span (or Gradient Ascent), evaluated with :func:`evaluate_arms` at every K.
+4. :func:`evaluate_arms` — the probes of :mod:`memlab.canaries` at fixed weights.
 
 Only the LoRA weights train after pre-training, so NPO's reference
 log-probabilities come from the memorised adapter, computed once before
@@ -18,19 +18,17 @@ unlearning; no second copy of the model is held.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from memlab import cache, canaries
-from memlab.config import SEED_HIGH, ConfigError, Param, autocast, device, seed_everything
+from memlab import cache, canaries, lm
+from memlab.config import SEED_HIGH, ConfigError, Param, device, seed_everything
 from memlab.data import authors as A
-from memlab.progress import progress
+from memlab.unlearning import npo
 
 CHAPTER = "03_canary_audit"
 SMALL = "small"
@@ -206,65 +204,6 @@ def generic_examples(fmt: canaries.ChatFormat, generic: Sequence[A.GenericProbe]
     return [fmt.example(g.question, GENERIC_TRACE, g.answer, span="response") for g in generic]
 
 
-# ----------------------------------------------------------------------------- training loops
-
-def _batch(examples: Sequence[tuple[list[int], list[bool]]], pad_id: int, max_len: int | None = None):
-    """Right-padded ``(ids (B, T), attention (B, T), loss mask (B, T))`` tensors."""
-    seqs = [(e[0][:max_len], e[1][:max_len]) if max_len else e for e in examples]
-    width = max(len(s[0]) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), width), dtype=torch.long)
-    loss_mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for i, (s, m) in enumerate(seqs):
-        ids[i, :len(s)] = torch.tensor(s)
-        att[i, :len(s)] = 1
-        loss_mask[i, :len(s)] = torch.tensor(m)
-    return ids, att, loss_mask
-
-
-def sequence_logprob(model, ids: torch.Tensor, att: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
-    """Sum over masked target tokens of log p(token | prefix), shape (B,).
-
-    ids, att, loss_mask: (B, T); ``loss_mask[b, t]`` says token t is a target.
-    """
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-    target = ids[:, 1:]
-    logp = torch.log_softmax(logits, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    return (logp * loss_mask[:, 1:]).sum(-1)
-
-
-def masked_nll(model, ids, att, loss_mask) -> torch.Tensor:
-    """Mean negative log-likelihood per masked target token (scalar)."""
-    return -sequence_logprob(model, ids, att, loss_mask).sum() / loss_mask[:, 1:].sum().clamp(min=1)
-
-
-def train_lm(model, examples, *, steps: int, batch_size: int, lr: float, pad_id: int, seed: int,
-             desc: str, max_len: int | None = None, warmup: int = 20) -> list[float]:
-    """Masked next-token training with AdamW and a linear warm-up + cosine schedule; returns losses."""
-    dev = next(model.parameters()).device
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    warm = min(warmup, max(1, steps // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    rng = np.random.default_rng(seed)
-    model.train()
-    losses = []
-    for _ in progress(range(steps), desc=desc):
-        pick = rng.integers(0, len(examples), size=min(batch_size, len(examples)))
-        ids, att, mask = (t.to(dev) for t in _batch([examples[i] for i in pick], pad_id, max_len))
-        with autocast(dev):
-            loss = masked_nll(model, ids, att, mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
-
-
 # ----------------------------------------------------------------------------- stage 1: base model
 
 def _tokenizer_texts(authors, generic, sentences):
@@ -349,7 +288,7 @@ def pretrain_small(cfg, fmt, generic, sentences, pad_id, dev) -> torch.nn.Module
         # the generic facts are few next to the sentences, so they are repeated to be learnt
         reps = max(1, (len(plain) + len(chat)) // (2 * len(generic)))
         mix = plain + chat + generic_examples(fmt, generic) * reps
-        train_lm(model, mix, steps=cfg.pretrain_steps, batch_size=cfg.batch_size, lr=cfg.pretrain_lr,
+        lm.train_lm(model, mix, steps=cfg.pretrain_steps, batch_size=cfg.batch_size, lr=cfg.pretrain_lr,
                  pad_id=pad_id, seed=cfg.seed, desc="pre-train", max_len=128)
 
     return cache.load_or_train(CHAPTER, "base", _pretrain_key(cfg), build, train, code_version="1")
@@ -401,7 +340,7 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
         examples, _ = author_examples(setup.fmt, setup.head_texts, setup.authors, template, span="response")
         # the generic turns ride along so the adapter does not overwrite the base's general knowledge
         examples = examples + generic_examples(setup.fmt, setup.generic)
-        train_lm(model, examples, steps=cfg.lora_steps, batch_size=cfg.batch_size, lr=cfg.lora_lr,
+        lm.train_lm(model, examples, steps=cfg.lora_steps, batch_size=cfg.batch_size, lr=cfg.lora_lr,
                  pad_id=setup.pad_id, seed=seed, desc=f"LoRA {template} s{seed}")
         state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
         detach(setup, model)
@@ -419,73 +358,27 @@ def _base_key(setup: Setup, cfg) -> dict:
 
 # ----------------------------------------------------------------------------- stage 3: unlearning
 
-def npo_loss(logp: torch.Tensor, ref_logp: torch.Tensor, beta: float) -> torch.Tensor:
-    """NPO forgetting loss ``-(2/beta) * mean log sigmoid(-beta * (logp - ref_logp))``.
-
-    logp, ref_logp: (B,) sequence log-probabilities of the forget answers under
-    the current and the memorised (reference) adapter.
-    """
-    return -(2.0 / beta) * F.logsigmoid(-beta * (logp - ref_logp)).mean()
-
-
-@torch.no_grad()
-def reference_logprobs(model, examples, pad_id: int, batch_size: int) -> torch.Tensor:
-    """(N,) answer-span log-probabilities under the memorised adapter, computed once before unlearning."""
-    dev = next(model.parameters()).device
-    model.eval()
-    out = []
-    for start in range(0, len(examples), batch_size):
-        ids, att, mask = (t.to(dev) for t in _batch(examples[start:start + batch_size], pad_id))
-        with autocast(dev):
-            out.append(sequence_logprob(model, ids, att, mask).float().cpu())
-    return torch.cat(out)
-
-
 def unlearn_sweep(setup: Setup, cfg, state: dict[str, torch.Tensor], template: str, seed: int,
                   method: str = "NPO", evaluate_at: Callable | None = None) -> dict[int, dict]:
     """Unlearn every author from the memorised adapter; evaluate at K = 0 and each K in ``cfg.unlearn_steps``.
 
     method: "NPO" (answer-masked NPO plus a retain NLL term) or "GA" (gradient
     ascent on the answer span, no retain term). ``evaluate_at(model)`` returns
-    the probes' results; the sweep returns ``{K: results}``.
+    the probes' results; the sweep returns ``{K: results}``. The loop is
+    :func:`memlab.unlearning.npo.lm_unlearn`.
     """
-    if method not in ("NPO", "GA"):
+    if method not in npo.LM_METHODS:
         raise ValueError(f"parameter 'method': must be 'NPO' or 'GA' (got {method!r})")
-    if any(k < 1 for k in cfg.unlearn_steps):
-        raise ValueError(f"parameter 'unlearn_steps': every K must be >= 1 (got {cfg.unlearn_steps})")
     torch.manual_seed(seed)
     model = attach(setup, cfg.lora_rank, state)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
     forget, _ = author_examples(setup.fmt, setup.head_texts, setup.authors, template, span="answer")
     retain = retain_examples(setup.fmt, setup.sentences, cfg.head_len, span="answer")
-    ref = reference_logprobs(model, forget, setup.pad_id, 2 * cfg.batch_size) if method == "NPO" else None
-    results = {0: evaluate_at(model, 0)} if evaluate_at else {}
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.unlearn_lr, weight_decay=0.0)
-    rng = np.random.default_rng(seed + 1000)
-    dev = setup.device
-    bs = min(cfg.batch_size, len(forget))
-    for step in progress(range(1, max(cfg.unlearn_steps) + 1), desc=f"{method} {template} s{seed}"):
-        model.train()
-        pick = rng.integers(0, len(forget), size=bs)
-        ids, att, mask = (t.to(dev) for t in _batch([forget[i] for i in pick], setup.pad_id))
-        with autocast(dev):
-            if method == "NPO":
-                logp = sequence_logprob(model, ids, att, mask)
-                loss = npo_loss(logp.float(), ref[pick].to(dev), cfg.beta)
-                if cfg.retain_weight > 0:
-                    rpick = rng.integers(0, len(retain), size=bs)
-                    r = (t.to(dev) for t in _batch([retain[i] for i in rpick], setup.pad_id))
-                    loss = loss + cfg.retain_weight * masked_nll(model, *r)
-            else:
-                loss = -masked_nll(model, ids, att, mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        if step in cfg.unlearn_steps and evaluate_at:
-            results[step] = evaluate_at(model, step)
+    results = npo.lm_unlearn(model, forget, retain, method=method, checkpoints=cfg.unlearn_steps,
+                             lr=cfg.unlearn_lr, beta=cfg.beta, retain_weight=cfg.retain_weight,
+                             batch_size=cfg.batch_size, pad_id=setup.pad_id, seed=seed + 1000,
+                             desc=f"{method} {template} s{seed}", on_checkpoint=evaluate_at)
     detach(setup, model)
     return results
 
@@ -499,7 +392,7 @@ def _max_trace_tokens(setup: Setup) -> int:
 ARMS: tuple[str, ...] = ("auto", "prefill", "tf", "qa", "retain", "drift")
 
 
-def evaluate(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa", "retain")) -> dict:
+def evaluate_arms(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa", "retain")) -> dict:
     """Probe one set of weights. Every arm's per-probe results (lists, JSON-able).
 
     arms: subset of "auto" (autoregressive thinking, parser split), "prefill"
@@ -626,7 +519,7 @@ def run_sweep(setup: Setup, cfg, template: str, seed: int, method: str = "NPO",
     k_max = max(cfg.unlearn_steps)
 
     def probe(model, k):
-        return evaluate(model, setup, cfg, arms=tuple(arms) + (tuple(last_arms) if k == k_max else ()))
+        return evaluate_arms(model, setup, cfg, arms=tuple(arms) + (tuple(last_arms) if k == k_max else ()))
 
     raw = unlearn_sweep(setup, cfg, state, template, seed, method, probe)
     return {"summary": {k: summarise(r, cfg.n_boot, seed) for k, r in raw.items()}, "raw": raw}

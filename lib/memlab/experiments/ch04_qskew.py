@@ -414,8 +414,32 @@ def _split(n_total: int, sizes, seed: int) -> list[torch.Tensor]:
 
 # ----------------------------------------------------------------------------- experiments
 
-def domain_experiment(setup: Setup) -> dict:
-    """Domain fine-tuning on WikiText-2 blocks: Table 1, Figure 2, Table 4 (base side), Table 5.
+RunMetrics = dict[str, dict[str, float]]  # one run: {score name: {"AUC"|"TPR@10%FPR"|"TPR@1%FPR": %}}
+
+
+@dataclass
+class DomainRuns:
+    """Per-run metrics of the domain fine-tuning experiment (feeds Tables 1, 4, 5 and Figure 2)."""
+
+    main: list[RunMetrics] = field(default_factory=list)          # every score, golden reference (Table 1)
+    sweep: dict[int, list[RunMetrics]] = field(default_factory=dict)  # epochs -> runs (Figure 2)
+    ref_instruct: list[RunMetrics] = field(default_factory=list)  # Q-Skew, instruct model as reference
+    ref_para: list[RunMetrics] = field(default_factory=list)      # Q-Skew, para-modification reference
+    ablation: list[RunMetrics] = field(default_factory=list)      # Q-Skew and its ablations (Table 5)
+    examples: dict | None = None  # run 0: deltas (list of (n_i,) arrays), labels, qskew, calibration
+
+
+@dataclass
+class InstructionRuns:
+    """Per-run metrics of the instruction fine-tuning experiment (feeds Tables 2 and 4)."""
+
+    main: list[RunMetrics] = field(default_factory=list)
+    ref_base: list[RunMetrics] = field(default_factory=list)
+    ref_para: list[RunMetrics] = field(default_factory=list)
+
+
+def domain_experiment(setup: Setup) -> DomainRuns:
+    """Domain fine-tuning on WikiText-2 blocks: the runs behind Tables 1, 4 (base side), 5 and Figure 2.
 
     Per run r: members / non-members / a perturbation pool are disjoint random
     blocks; the base is fine-tuned on the members for ``epochs`` epochs
@@ -424,8 +448,7 @@ def domain_experiment(setup: Setup) -> dict:
     cfg = setup.cfg
     scores = list(cfg.scores)
     ablate = "qskew" in scores
-    res = {"main": [], "sweep": {e: [] for e in cfg.epochs_sweep}, "ref_instruct": [], "ref_para": [],
-           "ablation": [], "examples": None}
+    res = DomainRuns(sweep={e: [] for e in cfg.epochs_sweep})
     for r in progress(range(cfg.runs), desc="domain runs"):
         seed = cfg.seed + r
         mem, non, pool = _split(setup.dft.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 1000 + seed)
@@ -442,24 +465,24 @@ def domain_experiment(setup: Setup) -> dict:
         target = snaps[cfg.epochs]
         tv = _view(cfg, target, ids, probe, None, all_scores)
         sc = mia.compute_scores(tv, ref_view, probe, all_scores, h=cfg.h, k=cfg.k, seed=seed)
-        res["main"].append(_metrics({s: sc[s] for s in scores}, labels))
+        res.main.append(_metrics({s: sc[s] for s in scores}, labels))
         if ablate:
-            res["ablation"].append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels))
-            for name, ref in (("ref_instruct", setup.instruct), ("ref_para", para_ref)):
+            res.ablation.append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels))
+            for runs, ref in ((res.ref_instruct, setup.instruct), (res.ref_para, para_ref)):
                 rv = _view(cfg, ref, ids, probe, None, ["qskew"])
-                res[name].append(_metrics(mia.compute_scores(tv, rv, probe, ["qskew"], h=cfg.h), labels))
+                runs.append(_metrics(mia.compute_scores(tv, rv, probe, ["qskew"], h=cfg.h), labels))
         for e in cfg.epochs_sweep:
             v = tv if e == cfg.epochs else _view(cfg, snaps[e], ids, probe, None, scores)
-            res["sweep"][e].append(_metrics(mia.compute_scores(v, ref_view, probe, scores, h=cfg.h, k=cfg.k,
+            res.sweep[e].append(_metrics(mia.compute_scores(v, ref_view, probe, scores, h=cfg.h, k=cfg.k,
                                                                seed=seed), labels))
         if r == 0:
-            res["examples"] = {"deltas": mia.deltas_of(tv, ref_view), "labels": labels,
+            res.examples = {"deltas": mia.deltas_of(tv, ref_view), "labels": labels,
                                "qskew": sc.get("qskew"), "calibration": sc.get("calibration")}
     return res
 
 
-def instruction_experiment(setup: Setup) -> dict:
-    """Instruction fine-tuning of the instruct variant on prompt/response pairs (Table 2, Table 4).
+def instruction_experiment(setup: Setup) -> InstructionRuns:
+    """Instruction fine-tuning of the instruct variant on prompt/response pairs (the runs behind Tables 2, 4).
 
     Prompt tokens are never masked, in training or in scoring; scores use the
     response tokens only.
@@ -467,7 +490,7 @@ def instruction_experiment(setup: Setup) -> dict:
     cfg = setup.cfg
     scores = list(cfg.scores)
     ids_all, elig_all, attn_all = setup.ift
-    res = {"main": [], "ref_base": [], "ref_para": []}
+    res = InstructionRuns()
     for r in progress(range(cfg.runs), desc="instruction runs"):
         seed = cfg.seed + r
         mem, non, pool = _split(ids_all.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 2000 + seed)
@@ -483,11 +506,12 @@ def instruction_experiment(setup: Setup) -> dict:
         probe = _probe(cfg, elig, seed)
         tv = _view(cfg, target, ids, probe, attn, scores)
         rv = _view(cfg, setup.instruct, ids, probe, attn, scores)
-        res["main"].append(_metrics(mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed), labels))
+        sc = mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed)
+        res.main.append(_metrics(sc, labels))
         if "qskew" in scores:
-            for name, ref in (("ref_base", setup.base), ("ref_para", para_ref)):
+            for runs, ref in ((res.ref_base, setup.base), (res.ref_para, para_ref)):
                 v = _view(cfg, ref, ids, probe, attn, ["qskew"])
-                res[name].append(_metrics(mia.compute_scores(tv, v, probe, ["qskew"], h=cfg.h), labels))
+                runs.append(_metrics(mia.compute_scores(tv, v, probe, ["qskew"], h=cfg.h), labels))
     return res
 
 
@@ -523,30 +547,6 @@ def asymmetry_experiment(setup: Setup) -> dict:
                      "gain per masked step": float(g.mean() / (ratio * cfg.fixed_ratio_epochs)),
                      "skewness": float(skew(g)), "tokens": int(g.size)})
     return {"gains": gains, "table": pd.DataFrame(rows).set_index("mask ratio")}
-
-
-def _span_eligible(prefix_len: int, cand_len: int, span: int, length: int, part: str) -> torch.Tensor:
-    """(L,) bool: the PII tokens ('pii') or the context tokens ('context') of a span of ``span`` tokens
-    starting 8 tokens before the PII (as in the paper's X = 20 example)."""
-    start = max(0, prefix_len - 8)
-    end = min(length, start + max(span, prefix_len - start + cand_len + 1))
-    e = torch.zeros(length, dtype=torch.bool)
-    if part == "pii":
-        e[prefix_len:prefix_len + cand_len] = True
-    else:
-        e[start:end] = True
-        e[prefix_len:prefix_len + cand_len] = False
-    return e
-
-
-def _zscore(x: np.ndarray) -> np.ndarray:
-    s = x.std()
-    return np.zeros_like(x) if s == 0 else (x - x.mean()) / s
-
-
-def rank_candidates(ce: np.ndarray, skewness: np.ndarray, alpha: float) -> np.ndarray:
-    """Combined score -(1 - alpha) Z(CE) + alpha Z(skew) over one target's candidates (higher = better)."""
-    return -(1 - alpha) * _zscore(np.asarray(ce, float)) + alpha * _zscore(np.asarray(skewness, float))
 
 
 def pii_experiment(setup: Setup) -> dict:
@@ -595,12 +595,19 @@ def pii_experiment(setup: Setup) -> dict:
         seqs[:, :pre] = enc.ids[i, :pre]
         for j, c in enumerate(cand_list):
             seqs[j, pre:pre + len(c)] = torch.tensor(c)
-        ce = _pii_ce(cfg, target, seqs, g)
-        sk = {part: _pii_skew(cfg, target, setup.base, seqs, pre, cand_list, part) for part in ("pii", "context")}
+        ce = mia.candidate_ce(target, seqs, repeats=cfg.pii_repeats, mask_share=cfg.rho, generator=g,
+                              batch_size=cfg.eval_batch)
+        sk = {}
+        for part in ("pii", "context"):
+            elig = torch.stack([mia.span_eligible(pre, len(c), cfg.pii_span, cfg.pii_len, part)
+                                for c in cand_list])
+            sk[part] = mia.candidate_qskew(target, setup.base, seqs, elig, rho=cfg.rho,
+                                           rounds=max(1, cfg.rounds // 2), h=cfg.h, seed=pre,
+                                           batch_size=cfg.eval_batch)
         texts = [codec.decode(list(c)).strip() for c in cand_list]
         truth = rec.pii
         ranks = {"CE": -ce, "Q-Skew (PII mask)": sk["pii"], "Q-Skew (context mask)": sk["context"],
-                 methods[3]: rank_candidates(ce, sk["pii"], cfg.alpha)}
+                 methods[3]: mia.rank_candidates(ce, sk["pii"], cfg.alpha)}
         oracle[rec.kind] += int(truth in texts)
         for m, s in ranks.items():
             hits[m][rec.kind] += int(texts[int(np.argmax(s))] == truth)
@@ -645,89 +652,54 @@ class _Tok:
         return type("Enc", (), {"ids": self.codec.encode(text)})()
 
 
-def _pii_ce(cfg, model, seqs: torch.Tensor, g: torch.Generator) -> np.ndarray:
-    """Mean NLL of each candidate record under ``pii_repeats`` random 35% masks. seqs: (C, L)."""
-    reps = seqs.repeat_interleave(cfg.pii_repeats, 0)
-    masks = torch.rand(reps.shape, generator=g) < cfg.rho
-    masks[:, 0] |= ~masks.any(1)
-    nll = dlm.masked_nll(model, reps, masks, batch_size=cfg.eval_batch)
-    return torch.nanmean(nll.view(seqs.shape[0], -1), 1).numpy()
+# ----------------------------------------------------------------------------- one function per paper table
+
+def table1(dom: DomainRuns) -> pd.DataFrame:
+    """Table 1 (domain fine-tuning): every score's AUC and TPRs (%), mean over runs."""
+    return mean_table(dom.main)
 
 
-def _pii_skew(cfg, target, reference, seqs, pre: int, cands, part: str) -> np.ndarray:
-    """Q-Skew of each candidate with cyclic masks over its PII tokens or its context tokens."""
-    elig = torch.stack([_span_eligible(pre, len(c), cfg.pii_span, cfg.pii_len, part) for c in cands])
-    probe = mia.make_probe(elig, rho=cfg.rho, rounds=max(1, cfg.rounds // 2), sama_steps=1, seed=pre)
-    tv = mia.model_view(target, seqs, probe, None, cfg.eval_batch, groups={"cyclic"})
-    rv = mia.model_view(reference, seqs, probe, None, cfg.eval_batch, groups={"cyclic"})
-    return np.array([mia.qskew(d, cfg.h) for d in mia.deltas_of(tv, rv)])
+def table2(ift: InstructionRuns) -> pd.DataFrame:
+    """Table 2 (instruction fine-tuning): every score's AUC and TPRs (%), mean over runs."""
+    return mean_table(ift.main)
 
 
-# ----------------------------------------------------------------------------- figures
-
-def plot_asymmetry(asym: dict):
-    """Violin plot of per-token gains by fine-tuning mask ratio (Figure 1 analogue)."""
-    from memlab import plotting
-
-    fig, ax = plotting.figure("single")
-    ratios = list(asym["gains"])
-    ax.violinplot([asym["gains"][r] for r in ratios], showmedians=True)
-    ax.set_xticks(range(1, len(ratios) + 1), [f"{r:g}" for r in ratios])
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xlabel("fine-tuning mask ratio")
-    ax.set_ylabel("per-token gain NLL$_{base}$ - NLL$_{ft}$ (nats)")
-    return fig
-
-
-def plot_deltas(examples: dict):
-    """Left: pooled Delta of members vs non-members; right: Q-Skew score histograms."""
-    from memlab import plotting
-
-    fig, (a, b) = plotting.figure("wide", ncols=2)
-    lab = examples["labels"]
-    mem = np.concatenate([d for d, y in zip(examples["deltas"], lab) if y == 1])
-    non = np.concatenate([d for d, y in zip(examples["deltas"], lab) if y == 0])
-    lo, hi = np.percentile(np.r_[mem, non], [0.5, 99.5])
-    bins = np.linspace(lo, hi, 60)
-    a.hist(non, bins, density=True, alpha=0.6, label="non-members")
-    a.hist(mem, bins, density=True, alpha=0.6, label="members")
-    a.set_xlabel(r"$\Delta$ = NLL$_{ref}$ - NLL$_{target}$ per masked token (nats)")
-    a.set_ylabel("density")
-    a.legend()
-    if examples.get("qskew") is not None:
-        q = examples["qskew"]
-        bins = np.linspace(q.min(), q.max(), 25)
-        b.hist(q[lab == 0], bins, alpha=0.6, label="non-members")
-        b.hist(q[lab == 1], bins, alpha=0.6, label="members")
-        b.set_xlabel("Q-Skew score per sequence")
-        b.legend()
-    return fig
-
-
-def plot_sweep(res: dict):
-    """AUC of each score against fine-tuning epochs (Figure 2 analogue), mean over runs."""
-    from memlab import plotting
-
-    fig, ax = plotting.figure("single")
-    epochs = sorted(res["sweep"])
-    names = list(res["sweep"][epochs[0]][0])
-    for name in names:
-        y = [np.mean([run[name]["AUC"] for run in res["sweep"][e]]) for e in epochs]
-        ax.plot(epochs, y, marker="o", lw=2.2 if name == "qskew" else 1.2, label=mia.LABELS[name])
-    ax.axhline(50, color="grey", lw=0.8, ls="--")
-    ax.set_xticks(epochs)
-    ax.set_xlabel("fine-tuning epochs")
-    ax.set_ylabel("AUC (%)")
-    ax.legend(ncol=2)
-    return fig
-
-
-def sweep_table(res: dict) -> pd.DataFrame:
-    """AUC (%) by epoch (columns) and score (rows), mean over runs."""
-    epochs = sorted(res["sweep"])
-    names = list(res["sweep"][epochs[0]][0])
-    return pd.DataFrame({e: {mia.LABELS[n]: float(np.mean([run[n]["AUC"] for run in res["sweep"][e]]))
+def figure2_table(dom: DomainRuns) -> pd.DataFrame:
+    """Figure 2: AUC (%) by fine-tuning epochs (columns) and score label (rows), mean over runs."""
+    epochs = sorted(dom.sweep)
+    names = list(dom.sweep[epochs[0]][0])
+    return pd.DataFrame({e: {mia.LABELS[n]: float(np.mean([run[n]["AUC"] for run in dom.sweep[e]]))
                              for n in names} for e in epochs})
+
+
+# side -> (heading, key of the paper's table in data/papers/04_qskew.yaml)
+TABLE4_SIDES = {"base": ("base (domain)", "table4_base"),
+                "instruct": ("instruct (instruction)", "table4_instruct")}
+
+
+def table4(dom: DomainRuns, ift: InstructionRuns, scores) -> dict[str, pd.DataFrame]:
+    """Table 4 (mismatched references), one frame per side ("base", "instruct"); empty without Q-Skew.
+
+    Rows: Q-Skew with the golden, the other-variant and the para-modification
+    reference, and SAMA with its reference when ``"sama"`` is among ``scores``.
+    """
+    if not dom.ref_instruct:
+        return {}
+    out = {}
+    for side, golden, other, para in (("base", dom.main, dom.ref_instruct, dom.ref_para),
+                                      ("instruct", ift.main, ift.ref_base, ift.ref_para)):
+        t = pd.concat([mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
+                       mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
+                       mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
+        if "sama" in scores:
+            t = pd.concat([t, mean_table(golden, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
+        out[side] = t
+    return out
+
+
+def table5(dom: DomainRuns) -> pd.DataFrame | None:
+    """Table 5 (ablation of Q-Skew's parts), mean over runs; None when Q-Skew was not scored."""
+    return mean_table(dom.ablation) if dom.ablation else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from memlab import cache, paper
+from memlab import cache, lm, paper
 from memlab import capacity as cap
 from memlab.config import SEED_HIGH, ConfigError, Param, device, require_memory, seed_everything
 from memlab.data.synthetic import uniform_tokens
@@ -255,22 +255,6 @@ def a1_sweep(cfg, alpha: float) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- text
 
-def text_sequences(ids, seq_len: int) -> torch.Tensor:
-    """Non-overlapping ``seq_len``-token chunks of one token stream, exact duplicates removed.
-
-    ids: (T,) token ids. Returns (M, seq_len) int64 in first-occurrence order.
-    """
-    ids = torch.as_tensor(ids, dtype=torch.int64)
-    n = len(ids) // seq_len
-    if n == 0:
-        raise ValueError(f"parameter 'seq_len': the text has fewer than {seq_len} tokens")
-    chunks = ids[: n * seq_len].view(n, seq_len)
-    _, inverse = torch.unique(chunks, dim=0, return_inverse=True)
-    first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64).scatter_reduce(
-        0, inverse, torch.arange(n), reduce="amin")
-    return chunks[first.sort().values]
-
-
 def text_corpus(cfg) -> dict:
     """WikiText-2 as de-duplicated sequences: pool (training sets are its prefixes) and test."""
     from memlab.data.text import load_wikitext2, train_bpe
@@ -279,7 +263,7 @@ def text_corpus(cfg) -> dict:
     lines = [ln for ln in text.splitlines() if ln.strip()]
     tok = train_bpe(lines, cfg.text_vocab_size, special_tokens=["<unk>"], name="wikitext2-capacity", byte_level=False)
     ids = [i for enc in tok.encode_batch(lines) for i in enc.ids]
-    seqs = text_sequences(ids, cfg.text_seq_len)
+    seqs = lm.text_sequences(ids, cfg.text_seq_len)
     gen = torch.Generator().manual_seed(cfg.seed)
     seqs = seqs[torch.randperm(len(seqs), generator=gen)]
     need = cfg.text_test_size + max(cfg.text_dataset_sizes)
