@@ -285,7 +285,9 @@ def _publish(staging: Path, book: Path, chapter: str) -> None:
 
 def _set_flag_env(allow_download: bool, allow_cpu: bool, trust_remote_code: Sequence[str]) -> None:
     """The run's flags as environment variables: the preflight, the kernel and its loaders read them."""
-    os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download else "0"
+    from memlab.data.download import allow_download as env_allows
+
+    os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download or env_allows() else "0"
     if allow_cpu:
         os.environ["MEMLAB_ALLOW_CPU"] = "1"
     if trust_remote_code:
@@ -329,8 +331,11 @@ def run_chapter(
     import nbformat
     import papermill
 
+    from memlab.data.download import allow_download as env_allows
+
     root = repo_root()
     params = dict(params or {})
+    allow_download = allow_download or env_allows()  # the flag, or MEMLAB_ALLOW_DOWNLOAD=1 exported
     book = Path(book_dir) if book_dir else root / "book"
     env_before = dict(os.environ)
     staging: Path | None = None
@@ -419,8 +424,8 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
             continue
         counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
         summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
-        details += ["", f"## {ch.title}", "", f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).",
-                    ""]
+        details += ["", f"## {ch.title}", "",
+                    f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).", ""]
         if res.get("claims"):
             # The same HTML table as in the chapter: verdict first, full text, stacked on a phone.
             details += [claims_table(res["claims"])._repr_html_(), ""]
@@ -497,7 +502,8 @@ def repository_url(conf: dict) -> str:
         url, source = str((conf.get("repository") or {}).get("url") or ""), "repository.url in _config.yml"
     url = url.strip().rstrip("/")
     if url and not url.startswith(("https://", "http://")):
-        raise ConfigError(f"{source}: must be an http(s) address such as https://github.com/you/memlab (got {url!r})")
+        raise ConfigError(f"{source}: must be an http(s) address such as "
+                          f"https://github.com/you/memlab (got {url!r})")
     return url
 
 
@@ -556,7 +562,8 @@ def hide_parameter_cells(notebook: Path) -> bool:
     changed = False
     for cell in nb.get("cells", []):
         tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-        extra = ("remove-cell",) if "injected-parameters" in tags else ("hide-input",) if "parameters" in tags else ()
+        extra = (("remove-cell",) if "injected-parameters" in tags
+                 else ("hide-input",) if "parameters" in tags else ())
         for t in extra:
             if t not in tags:
                 tags.append(t)
@@ -735,8 +742,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code)
         elif args.command == "book":
             chapters = args.chapters or list(CHAPTERS)
-            os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if args.allow_download else "0"  # for the preflight
-            os.environ["MEMLAB_ALLOW_CPU"] = "1" if args.allow_cpu else os.environ.get("MEMLAB_ALLOW_CPU", "0")
+            _set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
             for c in chapters:  # validate all before running any
                 validate(c, args.profile, {}, repo_root())
             for c in chapters:
