@@ -11,6 +11,8 @@ from torch import nn
 from memlab import lm, mia, probes
 from memlab.unlearning import npo, registry
 
+from test_diffusion_lm import _model as _dlm  # the tiny masked diffusion LM of those tests
+
 
 class _Blobs(nn.Module):
     """A classifier whose penultimate features are its inputs (N, 2): what a probe reads is known."""
@@ -200,14 +202,6 @@ def test_rank_candidates_refuses_alpha_outside_unit_interval():
 def test_span_eligible_refuses_an_unknown_part():
     with pytest.raises(ValueError, match="part"):
         mia.span_eligible(10, 5, 20, 48, "both")
-
-
-def _dlm(seed=0, vocab=50, block=16):
-    from memlab.models import diffusion_lm as dlm
-
-    torch.manual_seed(seed)
-    return dlm.MaskedDiffusionLM(dlm.DLMConfig(vocab_size=vocab, mask_id=vocab - 1, block_size=block,
-                                               n_layer=1, n_head=2, n_embd=16)).eval()
 
 
 def test_candidate_ce_is_the_mean_masked_nll_under_the_same_masks():
