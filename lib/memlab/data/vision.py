@@ -98,12 +98,18 @@ def _scan_headers(folder: Path, files: list[tuple[str, int, int]]) -> None:
                               "(no end-of-image marker)")
 
 
-def expected_classes(dataset: str, folder: Path) -> list[str]:
-    """Class folder names a split of ``dataset`` must have (CIFAR-10's ten names; else the train split's)."""
+def expected_classes(dataset: str, folder: Path, splits=SPLITS) -> list[str]:
+    """Class folder names a split of ``dataset`` must have.
+
+    CIFAR-10's ten names; for CIFAR-100 the train split's folders (or, when
+    only other splits are read, the first of those), which must number 100.
+    """
     if dataset == "cifar10":
         return sorted(CIFAR10_CLASSES)
-    train = folder / "train"
-    return sorted(e.name for e in os.scandir(train) if e.is_dir()) if train.is_dir() else []
+    for split in ("train", *splits):
+        if (folder / split).is_dir():
+            return sorted(e.name for e in os.scandir(folder / split) if e.is_dir())
+    return []
 
 
 def check_image_root(dataset: str, folder: Path, splits=SPLITS, scan: bool = True) -> dict[str, str]:
@@ -116,9 +122,10 @@ def check_image_root(dataset: str, folder: Path, splits=SPLITS, scan: bool = Tru
     for their current fingerprint were decoded cleanly and are not re-read).
     """
     folder = Path(folder)
-    classes = expected_classes(dataset, folder)
+    classes = expected_classes(dataset, folder, splits)
     if len(classes) != DATASETS[dataset]:
-        raise ConfigError(f"parameter 'data_root': {str(folder / 'train')!r} must hold "
+        ref = folder / ("train" if (folder / "train").is_dir() or not splits else splits[0])
+        raise ConfigError(f"parameter 'data_root': {str(ref)!r} must hold "
                           f"{DATASETS[dataset]} class folders for {dataset} (found {len(classes)})")
     prints = {}
     for split in splits:
