@@ -88,7 +88,8 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                 chapter = Path(path).stem if path.startswith("book/chapters/") else None
                 source = (html / path).read_text(encoding="utf-8")
                 if "&lt;Figure size" in source or "<Figure size" in source:
-                    problems.append(f"{path}: shows a matplotlib repr ('<Figure size ...') instead of a figure")
+                    problems.append(f"{path}: shows a matplotlib repr ('<Figure size ...') "
+                                    "instead of a figure")
                 for width in WIDTHS:
                     page = browser.new_page(viewport={"width": width, "height": 900})
                     # Only loopback exists here: CDN requests fail fast instead of hanging.
@@ -101,12 +102,14 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                         except Exception:  # noqa: BLE001 - reported as the problem it is
                             problems.append(f"{path} @{width}: math is not typeset (no mjx-container)")
                     page.wait_for_timeout(300)
-                    page.screenshot(path=str(shots / f"{path.replace('/', '_')[:-5]}-{width}.png"), full_page=True)
+                    shot = shots / f"{path.replace('/', '_')[:-5]}-{width}.png"
+                    page.screenshot(path=str(shot), full_page=True)
                     text = page.evaluate("document.body.innerText")
                     # What the page says, without the code of its cells (np.nan there is fine).
                     prose = page.evaluate(
-                        """() => { const a = (document.querySelector('article') || document.body).cloneNode(true);
-                                   a.querySelectorAll('.cell_input, div.highlight, pre').forEach(e => e.remove());
+                        """() => {
+                             const a = (document.querySelector('article') || document.body).cloneNode(true);
+                             a.querySelectorAll('.cell_input, div.highlight, pre').forEach(e => e.remove());
                                    return a.textContent; }""")
                     for m in BAD_TEXT.finditer(prose):
                         ctx = _norm(prose[max(0, m.start() - 60): m.end() + 60])
@@ -123,10 +126,12 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                             wide = page.evaluate(
                                 """w => Array.from(document.querySelectorAll('article *'))
                                      .filter(e => e.getBoundingClientRect().right > w + 1)
-                                     .filter(e => !e.closest('.memlab-table-wrap, .cell_output, pre, mjx-container'))
+                                     .filter(e => !e.closest(
+                                         '.memlab-table-wrap, .cell_output, pre, mjx-container'))
                                      .slice(0, 3).map(e => e.tagName + '.' + e.className + ': '
                                                       + (e.innerText || '').slice(0, 40))""", width)
-                            problems.append(f"{path} @390: page scrolls sideways (scrollWidth {sw}); e.g. {wide}")
+                            problems.append(f"{path} @390: page scrolls sideways "
+                                            f"(scrollWidth {sw}); e.g. {wide}")
                         off = page.evaluate(
                             """w => Array.from(document.querySelectorAll('td.claim-verdict')).filter(td => {
                                  const r = td.getBoundingClientRect(); return r.left < 0 || r.right > w + 1;
@@ -183,7 +188,8 @@ def test_committed_cpu_book_as_readers_see_it(tmp_path):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns(".staging-*"))
     cli.render(root=root, out=root / "_build")
-    problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters, artifacts_dir("cpu-book"))
+    problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters,
+                                   artifacts_dir("cpu-book"))
     assert not problems, "\n".join(problems)
 
 
@@ -229,7 +235,8 @@ def test_published_figure_is_an_image_bundle(tmp_path, monkeypatch):
     bundle = img._repr_mimebundle_()
     data = bundle[0] if isinstance(bundle, tuple) else bundle
     assert "image/png" in data and img.data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (tmp_path / "figures" / "fake" / "line.png").exists() and (tmp_path / "figures" / "fake" / "line.svg").exists()
+    folder = tmp_path / "figures" / "fake"
+    assert (folder / "line.png").exists() and (folder / "line.svg").exists()
     assert plotting.published_figures("fake") == ["line"]
 
 

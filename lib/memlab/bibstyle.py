@@ -4,7 +4,8 @@ sphinxcontrib-bibtex cites author-year in the text ("[He et al., 2016]") but lab
 bibliography with pybtex's alpha style ("[HZRS16]") unless told otherwise; a reader cannot
 match the two. This registers the pybtex style ``memlab_authoryear`` (unsrt entries, sorted by
 author, year and title, labelled "He et al., 2016"; "a"/"b" suffixes keep labels unique) and
-makes it the default. ("Chen and others" stays as written: the in-text citation says the same.) ``_config.yml`` loads it through ``sphinx.extra_extensions``.
+makes it the default ("Chen and others" stays as written: the in-text citation says the
+same). ``_config.yml`` loads it through ``sphinx.extra_extensions``.
 """
 from __future__ import annotations
 

@@ -222,7 +222,8 @@ def evaluate(claims: Sequence[Claim], metrics: dict, profile: str,
     reasons = dict(reasons or {})
     unknown = sorted(set(reasons) - set(keys))
     if unknown:
-        raise ValueError(f"evaluate: reasons given for unknown claim keys {unknown}; claims: {', '.join(keys)}")
+        raise ValueError(f"evaluate: reasons given for unknown claim keys {unknown}; "
+                         f"claims: {', '.join(keys)}")
     out = []
     for c in claims:
         if profile not in c.profiles:
@@ -259,7 +260,8 @@ class ClaimsTable:
         self.rows = [dict(v) for v in verdicts]
         for v in self.rows:
             if v.get("verdict") not in VERDICTS:
-                raise ValueError(f"claims_table: verdict {v.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
+                raise ValueError(f"claims_table: verdict {v.get('verdict')!r} is not one of "
+                                 f"{', '.join(VERDICTS)}")
 
     @staticmethod
     def _evidence(v: dict) -> str:
