@@ -312,6 +312,10 @@ def test_runs_publish_failures_are_named_and_the_book_is_untouched(fake_chapter,
         assert "chapter 'fake' failed in cell 4 (`import os, signal, socket`)" in err[0], err
         assert f"failed notebook: {failed}" in err[0] and failed.exists()  # saved for a dead kernel too
         assert _tree_hash(book) == before, mode  # previous results untouched, no staging left
+        if mode == "abort":  # the kernel's own stderr: faulthandler's stack names the line that died
+            log = failed.with_suffix(".kernel.log")
+            assert f"kernel log: {log}" in err[0]
+            assert "Fatal Python error: Aborted" in log.read_text(errors="replace")
     assert cli.main(["run", "fake", "--profile", "smoke", "--allow-download"]) == 0
     res = json.loads((book / "results" / "fake.json").read_text())
     assert res["metrics"] == {"allow_download": True, "guard": False}  # the flag reaches the loaders

@@ -231,12 +231,22 @@ def _failing_cell(err: BaseException, nb=None, returncode: int | None = None) ->
     return f"{where}: {ename}: {last}" if last else f"{where}: {ename}"
 
 
-def _kernel_manager_class():
-    """A kernel manager that remembers how its kernel process ended (for :func:`_failing_cell`)."""
+def _kernel_manager_class(log_path: Path | None = None):
+    """A kernel manager that remembers how its kernel process ended (for :func:`_failing_cell`).
+
+    With ``log_path``, the kernel process's own stderr (C-library messages such
+    as "double free or corruption", and the Python stack that faulthandler
+    prints on a fatal signal) goes to that file.
+    """
     from jupyter_client.manager import AsyncKernelManager
 
     class RecordingKernelManager(AsyncKernelManager):
         last_returncode: int | None = None
+
+        async def start_kernel(self, **kw):
+            if log_path is not None and "stderr" not in kw:
+                kw["stderr"] = open(log_path, "ab")  # noqa: SIM115 - the kernel process owns it from here
+            return await super().start_kernel(**kw)
 
         async def is_alive(self) -> bool:
             alive = await super().is_alive()
@@ -362,6 +372,7 @@ def run_chapter(
         # ("free(): invalid next size") under 2 intra-op threads; one thread is safe and,
         # on 2 cores, barely slower. Set OMP_NUM_THREADS yourself to use more.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a fatal signal leaves its Python stack in the log
         (staging / "chapters").mkdir()
         src_nb = staging / "source.ipynb"
         nbformat.write(nb, src_nb)
@@ -369,7 +380,8 @@ def run_chapter(
         # the notebook's parameters cell holds only these two; SPEC declares the rest
         parameters = {"profile": profile, "params": parse_params(chapter, list(params.items()))}
         start = time.perf_counter()
-        km_class = _kernel_manager_class()
+        kernel_log = staging / "kernel.log"
+        km_class = _kernel_manager_class(kernel_log)
         try:
             papermill.execute_notebook(
                 str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
@@ -387,6 +399,10 @@ def run_chapter(
                     executed = None
             where = _failing_cell(err, executed, km_class.last_returncode)
             saved = f"failed notebook: {failed}" if out_nb.exists() else "no notebook was written"
+            if type(err).__name__ == "DeadKernelError" and kernel_log.exists() and kernel_log.stat().st_size:
+                log_copy = failed.with_suffix(".kernel.log")
+                shutil.copy(kernel_log, log_copy)
+                saved += f"; kernel log: {log_copy}"
             raise RunError(f"chapter {chapter!r} failed in {where} ({saved})") from None
         src_nb.unlink()
         _publish(staging, book, chapter)
