@@ -373,6 +373,7 @@ def run_chapter(
         # on 2 cores, barely slower. Set OMP_NUM_THREADS yourself to use more.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a fatal signal leaves its Python stack in the log
+        os.environ.setdefault("LIBC_FATAL_STDERR_", "1")  # glibc's "double free ..." to stderr, not the tty
         (staging / "chapters").mkdir()
         src_nb = staging / "source.ipynb"
         nbformat.write(nb, src_nb)
