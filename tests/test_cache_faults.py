@@ -234,3 +234,30 @@ def test_orphan_rules(tmp_path):
     removed = fsutil.clean_orphans(tmp_path)
     assert sorted(removed) == sorted([dead, legacy_old])
     assert live.exists() and legacy_new.exists()
+
+
+def test_damaged_array_and_tokenizer_caches_are_rebuilt(tmp_path, monkeypatch):
+    from PIL import Image
+    import numpy as np
+
+    from memlab.data import text, vision
+
+    _fresh(monkeypatch, tmp_path / "models")
+    root = tmp_path / "imgs"
+    rng = np.random.default_rng(0)
+    for c in vision.CIFAR10_CLASSES:
+        (root / "train" / c).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 255, (32, 32, 3), dtype=np.uint8)).save(root / "train" / c / "0.png")
+    x, y = vision.load_raw("train", root=root)
+    xs = next((tmp_path / "arrays").glob("*-x.npy"))
+    xs.write_bytes(xs.read_bytes()[:200])  # truncated
+    with pytest.warns(cache.CacheWarning, match=f"{xs} is damaged"):
+        x2, y2 = vision.load_raw("train", root=root)
+    assert np.array_equal(x, x2) and np.array_equal(y, y2)
+    texts = ["alpha beta gamma delta " * 20]
+    tok = text.train_bpe(texts, vocab_size=300, name="t")
+    saved = next((tmp_path / "tokenizers").glob("t-*.json"))
+    saved.write_text("{broken")
+    with pytest.warns(cache.CacheWarning, match="is damaged"):
+        again = text.train_bpe(texts, vocab_size=300, name="t")
+    assert again.get_vocab() == tok.get_vocab()

@@ -175,6 +175,16 @@ def wikitext_articles(text: str) -> list[str]:
     return [a for a in articles if a]
 
 
+def _report_damaged(path: Path, err: BaseException) -> None:
+    """Warn once that a cached file is unreadable and remove it, so it is rebuilt."""
+    import warnings
+
+    from memlab.cache import CacheWarning
+
+    warnings.warn(f"cache: {path} is damaged ({type(err).__name__}); rebuilding it", CacheWarning, stacklevel=3)
+    path.unlink(missing_ok=True)
+
+
 def tokenizer_cache_dir() -> Path:
     from memlab.cache import sibling_dir
 
@@ -205,7 +215,10 @@ def train_bpe(
     h.update(repr((vocab_size, tuple(special_tokens), byte_level)).encode())
     path = tokenizer_cache_dir() / f"{name}-{h.hexdigest()[:16]}.json"
     if path.exists():
-        return Tokenizer.from_file(str(path))
+        try:
+            return Tokenizer.from_file(str(path))
+        except Exception as err:  # noqa: BLE001 - a damaged file is rebuilt, like a cache entry
+            _report_damaged(path, err)
     tok = Tokenizer(models.BPE(unk_token=None if byte_level else "<unk>"))
     if byte_level:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -239,7 +239,16 @@ def load_raw(split: str, dataset: str = "cifar10", root=None,
         fp = check_image_root(dataset, folder, splits=(split,))[split]
         xs, ys = _array_paths(dataset, split, fp)
         if xs.exists() and ys.exists():
-            return np.load(xs), np.load(ys)
+            try:
+                x, y = np.load(xs), np.load(ys)
+                if len(x) == len(y) and x.shape[1:] == (32, 32, 3):
+                    return x, y
+                raise ValueError(f"shapes {x.shape} and {y.shape} do not match")
+            except (OSError, ValueError, EOFError) as err:  # truncated or damaged: decode again
+                from memlab.data.text import _report_damaged
+
+                _report_damaged(xs, err)
+                ys.unlink(missing_ok=True)
         x, y = decode_image_folder(folder / split)
         array_cache_dir()  # created, and dead writers' temporary files removed, before the first save
         _atomic_save(ys, y)
