@@ -95,11 +95,13 @@ def _check_models(cfg) -> None:
         if (param, name) in (("model", SUPPRESS), ("drift_model", SMALL)):
             raise ConfigError(f"parameter {param!r}: {name!r} is not allowed here (model: 'small' or a model "
                               "name; drift_model: 'suppress' or a model name)")
-        if name in (SMALL, SUPPRESS) or cfg.allow_download:
+        from memlab.data.download import allow_download  # memlab run --allow-download
+
+        if name in (SMALL, SUPPRESS) or cfg.allow_download or allow_download():
             continue
         if not _offline_available(name):
             raise ConfigError(f"parameter {param!r}: {name!r} is neither 'small' nor a local folder nor in the "
-                              "Hugging Face cache; download it first or pass allow_download=True")
+                              "Hugging Face cache; download it first or pass --allow-download")
 
 
 def _check_templates(cfg) -> None:
