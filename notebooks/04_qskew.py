@@ -135,7 +135,7 @@ paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
 # %% [markdown]
 # Paper: LLaDA-8B-Base fine-tuned on WikiText (Table 1; only the Q-Skew and SAMA entries are in our
 # summary of the paper). Ours: the small DLM fine-tuned on WikiText-2 blocks, mean over runs, in %.
-# Where the paper reports no number the cell is empty.
+# Where the paper reports no number the cell shows –.
 
 # %% [markdown]
 # ### Why skewness: the distribution of $\Delta$
