@@ -248,10 +248,10 @@ params: dict = {}
 # %%
 import sys
 sys.path.insert(0, {spec_dir!r})
-import fake_spec
+import failsafe_spec
 from memlab import config, netguard, results
 from memlab.data import download
-cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, **params)
+cfg = config.resolve_spec("fake", failsafe_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 
 # %%
@@ -271,11 +271,11 @@ run.save(claims=[])
 def fake_chapter(tmp_path, monkeypatch):
     spec_dir = tmp_path / "specs"
     spec_dir.mkdir()
-    (spec_dir / "fake_spec.py").write_text(FAKE_SPEC)
+    (spec_dir / "failsafe_spec.py").write_text(FAKE_SPEC)
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "notebooks" / "fake.py").write_text(FAKE_NOTEBOOK.replace("{spec_dir!r}", repr(str(spec_dir))))
     monkeypatch.syspath_prepend(str(spec_dir))
-    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "fake_spec", "none.txt"))
+    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "failsafe_spec", "none.txt"))
     monkeypatch.setattr(cli, "repo_root", lambda: tmp_path)
     monkeypatch.setenv("MEMLAB_PROGRESS", "0")
     monkeypatch.delenv("MEMLAB_OFFLINE", raising=False)  # memlab run must turn the guard on itself
