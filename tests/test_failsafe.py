@@ -431,6 +431,7 @@ def test_outside_memlab_run_outputs_go_to_scratch(tmp_path, monkeypatch, capsys)
 ], ids=["udp-sendto", "udp-sendmsg", "connect_ex", "native-connect", "getaddrinfo", "gethostbyname",
         "gethostbyaddr"])
 def test_guard_refuses_udp_native_connect_and_dns(call):
+    was_on = netguard.active()  # MEMLAB_OFFLINE=1 sessions keep their guard after this test
     netguard.install()
     try:
         with pytest.raises(ConnectionRefusedError, match="memlab offline mode"):
@@ -443,7 +444,8 @@ def test_guard_refuses_udp_native_connect_and_dns(call):
         s.close()
         assert socket.getaddrinfo("localhost", 80)
     finally:
-        netguard.uninstall()
+        if not was_on:
+            netguard.uninstall()
 
 
 @pytest.mark.parametrize("flags, rc", [([], 2), (["--allow-cpu"], 0)])
