@@ -4,6 +4,7 @@
     memlab book [--profile P] [--chapters ID ...]
     memlab render [--root DIR]
     memlab list
+    memlab sweep CHAPTER [--profile P] -p NAME VALUES ... | memlab sweep --summary DIR   (memlab.sweep)
 
 ``run`` checks the chapter name, every parameter name and value against the
 chapter's SPEC (the one declaration of its parameters; ``memlab list`` prints
@@ -673,6 +674,34 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
+    sw = sub.add_parser("sweep", help="run a chapter over a grid of parameter values on Dask",
+                        description="Run the Cartesian product of the -p values as independent chapter runs "
+                                    "(one folder each, never the published book). VALUES: one value, a list "
+                                    "V1,V2,... or an integer range A..B (inclusive); a list-valued parameter "
+                                    "is one value in brackets: -p budgets '[10, 30],[5]'.")
+    sw.add_argument("chapter", nargs="?", help="chapter id: " + ", ".join(CHAPTERS))
+    sw.add_argument("--profile", default=DEFAULT_PROFILE, help="smoke | cpu | paper (default cpu)")
+    sw.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUES"),
+                    help="values to sweep, e.g. -p seed 0..2 -p lr 1e-3,1e-2")
+    sw.add_argument("--out", default=None, help="parent of the sweep folder (default data/sweeps)")
+    sw.add_argument("--summary", default=None, metavar="DIR",
+                    help="only (re)write summary.json and summary.png of the sweep folder DIR")
+    sw.add_argument("--workers", type=int, default=None,
+                    help="LocalCluster worker processes (default cores // threads)")
+    sw.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
+    sw.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                    help="use an existing Dask cluster")
+    sw.add_argument("--cluster", choices=("local", "slurm", "print"), default="local",
+                    help="local (default), slurm (submit jobs with dask-jobqueue), print (show the SLURM "
+                         "job script, submit nothing)")
+    sw.add_argument("--cluster-config", default=None, metavar="FILE",
+                    help="YAML of the SLURM jobs: cores, memory, walltime, gpus, queue, account, jobs, "
+                         "threads, job_extra")
+    sw.add_argument("--gpus-per-run", type=int, default=None,
+                    help="GPUs each run requests as a Dask resource (default 1 at the paper profile, else 0)")
+    sw.add_argument("--no-cache", action="store_true")
+    sw.add_argument("--allow-download", action="store_true")
+    sw.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     return ap
 
 
@@ -736,12 +765,40 @@ def list_lines(chapter: str) -> list[str]:
     return lines
 
 
+def _sweep_command(parser, args, pairs) -> None:
+    """``memlab sweep``: the summary of a folder, or a sweep (:mod:`memlab.sweep`)."""
+    from memlab import sweep
+
+    if args.summary:
+        if args.chapter or pairs:
+            parser.error("--summary DIR takes no chapter and no -p")
+        sweep.write_summary(Path(args.summary).expanduser())
+        print(f"summary: {Path(args.summary) / 'summary.json'}")
+        return
+    if not args.chapter:
+        parser.error("the sweep needs a CHAPTER (or --summary DIR)")
+    for flag, value, low in (("workers", args.workers, 1), ("threads", args.threads, 1),
+                             ("gpus-per-run", args.gpus_per_run, 0)):
+        if value is not None and value < low:
+            raise ConfigError(f"parameter '{flag}': must be an integer >= {low} (got {value})")
+    if args.profile not in PROFILES:
+        raise ConfigError(f"parameter 'profile': must be one of {', '.join(PROFILES)} (got {args.profile!r})")
+    gpus = args.gpus_per_run
+    if gpus is None:  # the paper profile runs on GPUs unless --allow-cpu
+        gpus = int(args.profile == "paper" and not args.allow_cpu)
+    sweep.run_sweep(args.chapter, args.profile, sweep.parse_axes(args.chapter, pairs), args.out, args.workers,
+                    args.threads, args.scheduler, None if args.cluster == "local" else args.cluster,
+                    args.cluster_config, gpus,
+                    flags={"no_cache": args.no_cache, "allow_download": args.allow_download,
+                           "allow_cpu": args.allow_cpu})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     argv, pairs = _split_param_pairs(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    if pairs and args.command != "run":
+    if pairs and args.command not in ("run", "sweep"):
         parser.error(f"-p is an option of 'memlab run', not of 'memlab {args.command}'")
     try:
         if args.command == "run":
@@ -766,6 +823,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
                             allow_cpu=args.allow_cpu)
             render()
+        elif args.command == "sweep":
+            _sweep_command(parser, args, pairs)
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
         elif args.command == "list":

@@ -1,0 +1,470 @@
+"""Parameter sweeps on Dask: the Cartesian product of ``-p`` values as independent chapter runs.
+
+    memlab sweep CHAPTER [--profile P] -p NAME VALUES ... [--out DIR] [--workers N | --scheduler ADDR
+                 | --cluster slurm|print [--cluster-config FILE]]
+    memlab sweep --summary DIR
+
+VALUES is one value, a comma list ``0,1,2`` or an inclusive integer range ``0..4``; a list-valued
+parameter is one value in brackets (``[10, 30]``), several are ``[10, 30],[5]``. Every item is read
+by the chapter's SPEC (:func:`memlab.cli.parse_params`) and every combination is validated
+(:func:`memlab.cli.validate`) before any run starts.
+
+Each run is :func:`memlab.cli.run_chapter` with ``book_dir`` a temporary folder beside its final
+one, ``<sweep>/<run-id>/``, renamed there only when the run is complete: a run folder is whole or
+absent. A run folder whose ``run.json`` matches its parameters is skipped on the next invocation.
+Runs are Dask tasks (worker processes, one run at a time each): a task that raises is retried once
+(``retries=1``) and then recorded under ``<sweep>/failed/``; a task whose worker dies is rescheduled
+by the scheduler (``distributed.scheduler.allowed-failures``, 3 by default).
+
+``summary.json`` (and ``summary.png``) per group of non-seed parameters: per numeric metric the mean
+and a Student-t 95% interval across runs, per claim how many runs reproduce it.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from memlab import cli
+from memlab.config import ConfigError
+
+REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"  # memlab.paper's judged verdicts
+RUN_FILE = "run.json"  # written into each run folder: chapter, profile and the run's parameters
+SLURM_DEFAULTS = {"cores": 4, "memory": "16GB", "walltime": "04:00:00", "gpus": 0, "queue": None,
+                  "account": None, "jobs": 1, "threads": 1, "job_extra": []}
+
+
+# ----------------------------------------------------------------------------- the grid
+
+def split_values(text: str) -> list[str]:
+    """``'0,1'`` -> ``['0', '1']``; commas inside brackets do not split (``'[1, 2],[3]'`` -> 2 items)."""
+    items, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            items.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    items.append(cur.strip())
+    if any(not i for i in items):
+        raise ConfigError(f"sweep values {text!r}: an empty item (write V1,V2,... or A..B)")
+    return items
+
+
+def parse_axes(chapter: str, pairs: Sequence[tuple[str, str]]) -> dict[str, list[Any]]:
+    """``-p NAME VALUES`` pairs as ``{name: [typed values]}``, each item read by the chapter's SPEC."""
+    names = [n for n, _ in pairs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ConfigError(f"parameter {dup[0]!r}: given more than once")
+    axes = {}
+    for name, text in pairs:
+        m = re.fullmatch(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*", text)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if b < a:
+                raise ConfigError(f"parameter {name!r}: range {text!r} is empty (write A..B with A <= B)")
+            items = [str(v) for v in range(a, b + 1)]
+        else:
+            items = split_values(text)
+        values = [cli.parse_params(chapter, [(name, item)])[name] for item in items]
+        if m and not all(isinstance(v, int) for v in values):
+            raise ConfigError(f"parameter {name!r}: the range {text!r} needs an integer parameter")
+        if len({json.dumps(v, sort_keys=True) for v in values}) < len(values):
+            raise ConfigError(f"parameter {name!r}: a value is repeated in {text!r}")
+        axes[name] = values
+    return axes
+
+
+def combinations(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The Cartesian product as a list of ``{name: value}`` (names in the order given)."""
+    names = list(axes)
+    return [dict(zip(names, vals)) for vals in itertools.product(*(axes[n] for n in names))]
+
+
+def _key(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def sweep_id(chapter: str, profile: str, axes: dict[str, list[Any]]) -> str:
+    """``<chapter>-<8 hex>``: the same chapter, profile and axes give the same folder (so re-runs resume)."""
+    return f"{chapter}-{hashlib.sha256(_key([chapter, profile, axes]).encode()).hexdigest()[:8]}"
+
+
+def run_id(params: dict[str, Any]) -> str:
+    """A readable folder name for one combination (``lr-0.01_seed-1``), hashed when long or odd."""
+    text = "_".join(f"{k}-{_key(v)}" for k, v in sorted(params.items())) or "default"
+    safe = re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace('"', "")).strip("_")
+    if len(safe) > 80 or not safe:
+        safe = safe[:60] + "-" + hashlib.sha256(_key(params).encode()).hexdigest()[:10]
+    return safe
+
+
+def is_complete(folder: Path, chapter: str, profile: str, params: dict[str, Any]) -> bool:
+    """Whether ``folder`` holds a finished run of exactly these parameters (results JSON included)."""
+    try:
+        meta = json.loads((folder / RUN_FILE).read_text())
+        res = json.loads((folder / "results" / f"{chapter}.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (meta.get("chapter") == chapter and meta.get("profile") == profile == res.get("profile")
+            and _key(meta.get("params")) == _key(params))
+
+
+# ----------------------------------------------------------------------------- one run (a Dask task)
+
+def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, threads: int = 1,
+            flags: dict | None = None, local_gpu: bool = False) -> dict:
+    """Execute one combination into ``folder`` (via a temporary sibling, renamed when complete).
+
+    Runs inside a Dask worker process. ``threads`` becomes the kernel's ``OMP_NUM_THREADS``;
+    ``local_gpu`` pins the run to the GPU numbered like its LocalCluster worker. Raises
+    :class:`memlab.cli.RunError` on failure (Dask retries it once).
+    """
+    from memlab.fsutil import clean_orphans, make_tmp_dir
+
+    final = Path(folder)
+    if is_complete(final, chapter, profile, params):
+        return {"run": final.name, "status": "skipped"}
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    if local_gpu:
+        from distributed import get_worker
+
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(get_worker().name)
+    clean_orphans(final.parent)  # temp folders of runs whose worker was killed
+    tmp = make_tmp_dir(final.parent, final.name)
+    try:
+        start = time.perf_counter()
+        cli.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
+        meta = {"chapter": chapter, "profile": profile, "params": params,
+                "wall_time_s": round(time.perf_counter() - start, 1), "threads": threads}
+        (tmp / RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
+        if final.exists():  # an incomplete or mismatched leftover of the same id
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return {"run": final.name, "status": "done", "wall_time_s": meta["wall_time_s"]}
+
+
+# ----------------------------------------------------------------------------- clusters
+
+def local_size(n_runs: int, threads: int, workers: int | None = None, cores: int | None = None) -> int:
+    """Workers for a LocalCluster: ``workers`` if given, else cores // threads, at most ``n_runs``."""
+    n = workers if workers else max(1, (cores or _cores()) // max(1, threads))
+    return max(1, min(n, n_runs))
+
+
+def _cores() -> int:
+    """Cores this process may use (its CPU affinity, which a batch job's allocation sets)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def load_slurm_config(path: str | None) -> dict:
+    """The SLURM job settings: :data:`SLURM_DEFAULTS` updated from a YAML file (unknown keys refused)."""
+    import yaml
+
+    conf = dict(SLURM_DEFAULTS)
+    if path:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"parameter 'cluster-config': {path!r} is not a file")
+        given = yaml.safe_load(p.read_text()) or {}
+        if not isinstance(given, dict):
+            raise ConfigError(f"parameter 'cluster-config': {path!r} must hold a mapping of settings")
+        bad = sorted(set(given) - set(conf))
+        if bad:
+            raise ConfigError(f"parameter 'cluster-config': unknown key {bad[0]!r} in {path!r} "
+                              f"(allowed: {', '.join(conf)})")
+        conf.update(given)
+    for k in ("cores", "jobs", "threads"):
+        if not isinstance(conf[k], int) or conf[k] < 1:
+            raise ConfigError(f"parameter 'cluster-config': {k} must be a positive integer (got {conf[k]!r})")
+    if not isinstance(conf["gpus"], int) or conf["gpus"] < 0:
+        raise ConfigError(f"parameter 'cluster-config': gpus must be an integer >= 0 (got {conf['gpus']!r})")
+    return conf
+
+
+def slurm_cluster(conf: dict, host: str | None = None):
+    """A ``dask_jobqueue.SLURMCluster``: one worker per job running one run at a time (1 Dask thread),
+    the job holding ``cores`` CPUs (``job_cpu``), ``memory``, ``gpus`` GPUs (``--gres`` and the Dask
+    resource ``GPU``); each run's kernel gets ``threads`` OMP threads. ``host``: the scheduler's address."""
+    from dask_jobqueue import SLURMCluster
+
+    extra = [f"--gres=gpu:{conf['gpus']}"] if conf["gpus"] else []
+    threads = conf["threads"]
+    return SLURMCluster(
+        cores=1, processes=1, job_cpu=conf["cores"], memory=str(conf["memory"]),
+        walltime=str(conf["walltime"]),
+        queue=conf["queue"], account=conf["account"], job_extra_directives=extra + list(conf["job_extra"]),
+        worker_extra_args=["--resources", f"GPU={conf['gpus']}"] if conf["gpus"] else [],
+        job_script_prologue=[f"export OMP_NUM_THREADS={threads}", f"export MKL_NUM_THREADS={threads}"],
+        scheduler_options={"dashboard_address": ":0", **({"host": host} if host else {})},
+    )
+
+
+def _dashboard(client) -> str:
+    try:
+        import bokeh  # noqa: F401 - the dashboard needs it
+    except ImportError:
+        return "off (pip install bokeh to serve it)"
+    return client.dashboard_link
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path | None = None,
+              workers: int | None = None, threads: int = 1, scheduler: str | None = None,
+              cluster: str | None = None, cluster_config: str | None = None, gpus_per_run: int = 0,
+              flags: dict | None = None) -> dict:
+    """Validate every combination, run those not yet complete on Dask, write and return the summary."""
+    flags = dict(flags or {})
+    combos = combinations(axes)
+    with cli.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False),
+                      flags.get("trust_remote_code", ())):
+        for params in combos:  # every combination checked before any work
+            cli.validate(chapter, profile, params, cli.repo_root())
+    conf = load_slurm_config(cluster_config) if cluster in ("slurm", "print") else None
+    if cluster == "print":
+        c = slurm_cluster(conf, host="127.0.0.1")  # nothing connects: the address is a placeholder
+        print("# the job script --cluster slurm submits (its scheduler address is a placeholder)",
+              file=sys.stderr)
+        print(c.job_script())
+        c.close()
+        return {}
+    base = Path(out).expanduser() if out else cli.repo_root() / "data" / "sweeps"
+    sweep_dir = base / sweep_id(chapter, profile, axes)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    (sweep_dir / "sweep.json").write_text(json.dumps(
+        {"chapter": chapter, "profile": profile, "axes": axes, "runs": [run_id(p) for p in combos]},
+        indent=1) + "\n")
+    todo = [p for p in combos if not is_complete(sweep_dir / run_id(p), chapter, profile, p)]
+    print(f"sweep {sweep_dir}: {len(combos)} runs, {len(combos) - len(todo)} already complete, "
+          f"{len(todo)} to run")
+    if todo:
+        _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf,
+                 gpus_per_run, flags)
+    summary = write_summary(sweep_dir)
+    print(f"summary: {sweep_dir / 'summary.json'}")
+    return summary
+
+
+def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf, gpus_per_run,
+             flags):
+    from distributed import Client, LocalCluster
+
+    local_gpu = False
+    if scheduler:
+        own, client = None, Client(scheduler)
+        print(f"dask: scheduler {scheduler}")
+    elif cluster == "slurm":
+        own = slurm_cluster(conf)
+        own.scale(jobs=conf["jobs"])
+        client, threads, gpus_per_run = Client(own), conf["threads"], conf["gpus"] and 1
+        print(f"dask: SLURMCluster, {conf['jobs']} job(s) of {conf['cores']} cores, {conf['memory']}, "
+              f"{conf['walltime']}, {conf['gpus']} GPU(s)")
+    else:
+        n = local_size(len(todo), threads, workers)
+        if gpus_per_run:
+            import torch
+
+            n = min(n, max(1, torch.cuda.device_count() // gpus_per_run))
+            local_gpu = gpus_per_run == 1
+        res = {"GPU": gpus_per_run} if gpus_per_run else None
+        # memory_limit=0: the run's memory is its kernel's (a child process), which the nanny does not see
+        own = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, memory_limit=0,
+                           dashboard_address=":0", scheduler_port=0, resources=res,
+                           env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
+        client = Client(own)
+        print(f"dask: LocalCluster of {n} worker process(es) x 1 run, OMP_NUM_THREADS={threads} "
+              f"({n * threads} threads on {_cores()} cores)")
+    print(f"dask: dashboard {_dashboard(client)}")
+    try:
+        futures = {}
+        for p in todo:
+            rid = run_id(p)
+            futures[client.submit(run_one, chapter, profile, p, str(sweep_dir / rid), threads, flags,
+                                  local_gpu,
+                                  key=f"memlab-run-{sweep_dir.name}-{rid}", pure=False, retries=1,
+                                  resources={"GPU": gpus_per_run} if gpus_per_run else None)] = (rid, p)
+        _follow(client, futures, sweep_dir)
+    finally:
+        client.close()
+        if own is not None:
+            own.close()
+        from memlab.fsutil import clean_orphans
+
+        clean_orphans(sweep_dir)
+
+
+def _follow(client, futures: dict, sweep_dir: Path) -> None:
+    """One progress bar (done / running / failed) until every run finished; failures recorded."""
+    from distributed import wait
+
+    from memlab.progress import progress
+
+    bar = progress(total=len(futures), desc="sweep", mininterval=0.5)
+    pending, done, failed = set(futures), 0, []
+    while pending:
+        try:
+            finished, pending = wait(list(pending), timeout=2, return_when="FIRST_COMPLETED")
+        except TimeoutError:  # nothing finished: refresh the running count
+            finished = set()
+        for f in finished:
+            rid, params = futures[f]
+            record = sweep_dir / "failed" / f"{rid}.json"
+            if f.status == "finished":
+                done += 1
+                record.unlink(missing_ok=True)
+            else:
+                err = f.exception()
+                msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+                cell = re.search(r"in (cell \d+[^:]*|a cell)", msg)
+                record.parent.mkdir(exist_ok=True)
+                record.write_text(json.dumps({"run": rid, "params": params, "cell": cell and cell.group(1),
+                                              "error": msg}, indent=1) + "\n")
+                failed.append(rid)
+                print(f"sweep: run {rid} failed twice: {msg}", file=sys.stderr)
+        try:
+            # a worker may hold more tasks than it executes (queued ahead): count at most its threads
+            threads = {w: i["nthreads"] for w, i in client.scheduler_info()["workers"].items()}
+            running = sum(min(len(v), threads.get(w, 1)) for w, v in client.processing().items())
+        except Exception:  # noqa: BLE001 - the count is cosmetic
+            running = 0
+        bar.set_postfix_str(f"done {done}, running {running}, failed {len(failed)}", refresh=False)
+        bar.update(len(finished))
+    bar.close()
+    print(f"sweep: {done} done, {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else ""))
+
+
+# ----------------------------------------------------------------------------- summary
+
+def flatten(metrics: Any, prefix: str = "") -> dict[str, float]:
+    """Numeric scalars of a nested dict as ``{"a.b": x}`` (bools, lists and non-finite values left out)."""
+    out = {}
+    if isinstance(metrics, dict):
+        for k, v in metrics.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(metrics, (int, float)) and not isinstance(metrics, bool) and math.isfinite(metrics):
+        out[prefix[:-1]] = float(metrics)
+    return out
+
+
+def interval(values: Sequence[float]) -> dict:
+    """Mean, sample std and the Student-t 95% interval of the mean (None for fewer than 2 runs)."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    mean = float(x.mean())
+    if len(x) < 2:
+        return {"n": len(x), "mean": mean, "std": None, "ci95": None}
+    std = float(x.std(ddof=1))
+    if std == 0:
+        return {"n": len(x), "mean": mean, "std": 0.0, "ci95": [mean, mean]}
+    lo, hi = stats.t.interval(0.95, len(x) - 1, loc=mean, scale=std / math.sqrt(len(x)))
+    return {"n": len(x), "mean": mean, "std": std, "ci95": [float(lo), float(hi)]}
+
+
+def _is_seed(name: str) -> bool:
+    return name == "seed" or name.endswith(".seed") or name.endswith("_seed")
+
+
+def summarize(sweep_dir: Path) -> dict:
+    """The summary of a sweep folder: runs grouped by their non-seed parameters (see module doc)."""
+    sweep_dir = Path(sweep_dir)
+    try:
+        spec = json.loads((sweep_dir / "sweep.json").read_text())
+    except (OSError, ValueError):
+        raise ConfigError(f"parameter 'summary': {str(sweep_dir)!r} is not a sweep folder "
+                          "(no sweep.json)") from None
+    chapter, groups = spec["chapter"], {}
+    failed = sorted(p.stem for p in (sweep_dir / "failed").glob("*.json"))
+    runs = []
+    for rid in spec["runs"]:
+        folder = sweep_dir / rid
+        if not (folder / RUN_FILE).exists():
+            continue
+        params = json.loads((folder / RUN_FILE).read_text())["params"]
+        res = json.loads((folder / "results" / f"{chapter}.json").read_text())
+        runs.append(rid)
+        gkey = _key({k: v for k, v in params.items() if not _is_seed(k)})
+        g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {}})
+        g["runs"].append(rid)
+        for k, v in flatten(res.get("metrics", {})).items():
+            g["metrics"].setdefault(k, []).append(v)
+        for c in res.get("claims", []):
+            entry = g["claims"].setdefault(c["key"], {"claim": c.get("claim", ""), "verdicts": {}})
+            entry["verdicts"][c["verdict"]] = entry["verdicts"].get(c["verdict"], 0) + 1
+    for g in groups.values():
+        n = len(g["runs"])
+        # a metric missing from some runs is summarised over the runs that have it (its n says how many)
+        g["metrics"] = {k: interval(v) for k, v in sorted(g["metrics"].items())}
+        for entry in g["claims"].values():
+            # n counts the runs that judged the claim; other verdicts (not run at this profile,
+            # not judged) are listed beside it, and runs without the claim at all too
+            v = entry["verdicts"]
+            k, judged = v.get(REPRODUCED, 0), v.get(REPRODUCED, 0) + v.get(NOT_REPRODUCED, 0)
+            other = [f"{c} {name}" for name, c in sorted(v.items())
+                     if name not in (REPRODUCED, NOT_REPRODUCED)]
+            if sum(v.values()) < n:
+                other.append(f"{n - sum(v.values())} without this claim")
+            entry.update(reproduced=k, n=judged, text=f"reproduced in {k} of {judged} runs"
+                         + (f" ({'; '.join(other)})" if other else ""))
+    return {"chapter": chapter, "profile": spec["profile"], "axes": spec["axes"],
+            "interval": "mean +- Student-t 95% interval of the mean across runs "
+                        "(scipy.stats.t.interval, n-1 dof)",
+            "runs_done": runs, "runs_failed": failed,
+            "runs_missing": len(spec["runs"]) - len(runs) - len(failed),
+            "groups": list(groups.values())}
+
+
+def write_summary(sweep_dir: Path) -> dict:
+    """:func:`summarize`, saved as ``summary.json`` and ``summary.png`` in the sweep folder."""
+    from memlab.results import write_json_atomic
+
+    summary = summarize(sweep_dir)
+    write_json_atomic(Path(sweep_dir) / "summary.json", summary)
+    summary_figure(summary, Path(sweep_dir) / "summary.png")
+    return summary
+
+
+def summary_figure(summary: dict, path: Path) -> Path:
+    """Per claim, the share of runs reproducing it, one bar per parameter group (book style)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from memlab import plotting
+
+    groups = summary["groups"]
+    claims = sorted({k for g in groups for k in g["claims"]})
+    fig, ax = plotting.figure("wide")
+    if not claims:
+        ax.text(0.5, 0.5, "no claims in these runs", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    else:
+        h = 0.8 / max(1, len(groups))
+        for i, g in enumerate(groups):
+            share = [g["claims"][c]["reproduced"] / g["claims"][c]["n"] if g["claims"].get(c, {}).get("n")
+                     else np.nan for c in claims]  # nothing drawn where no run judged the claim
+            label = ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "all runs"
+            ax.barh(np.arange(len(claims)) + i * h, share, height=h, label=f"{label} (n={len(g['runs'])})")
+        ax.set_yticks(np.arange(len(claims)) + 0.4 - h / 2, claims)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of runs reproducing the claim")
+        ax.legend(loc="lower right")
+    ax.set_title(f"{summary['chapter']} at {summary['profile']}: {len(summary['runs_done'])} runs")
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+    return path
