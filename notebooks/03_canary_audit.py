@@ -387,8 +387,8 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # ## What this means
 #
 # At the profile of this page, {glue:}`03_canary_audit-n-reproduced` reproduced,
-# {glue:}`03_canary_audit-n-not-reproduced` did not and {glue:}`03_canary_audit-n-not-run` were not run. The reading below is of the `cpu` run
-# that this book publishes.
+# {glue:}`03_canary_audit-n-not-reproduced` did not and {glue:}`03_canary_audit-n-not-run` were not run. The reading below is of the `cpu` run that
+# this book publishes.
 #
 # **What held.** Nearly all of the paper's audit: after answer-masked NPO the canary disappears from the
 # answer while the thinking trace keeps emitting it, and this parser-split gap grows with the number of

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from memlab import cache, canaries, lm
+from memlab import cache, canaries, lm, paper
 from memlab.config import SEED_HIGH, ConfigError, Param, device, seed_everything
 from memlab.data import authors as A
 from memlab.unlearning import npo
@@ -587,10 +587,10 @@ def jsonable_summary(by_k: dict) -> dict:
 # ----------------------------------------------------------------------------- claims
 
 def _seed(m: dict, i: int) -> dict:
-    """The K-sweep summaries of the i-th seed run (KeyError when there is none)."""
+    """The K-sweep summaries of the i-th seed run (a missing metric, so "not run", when there is none)."""
     runs = list(m["ksweep"].values())
     if i >= len(runs):
-        raise KeyError(f"ksweep seed #{i + 1}")
+        raise paper.MetricMissing(f"ksweep seed #{i + 1}")
     return runs[i]
 
 
