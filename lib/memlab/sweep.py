@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,6 +38,7 @@ from memlab import cli
 from memlab.config import ConfigError
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"  # memlab.paper's judged verdicts
+_RUN_LOCK = threading.Lock()
 RUN_FILE = "run.json"  # written into each run folder: chapter, profile and the run's parameters
 SLURM_DEFAULTS = {"cores": 4, "memory": "16GB", "walltime": "04:00:00", "gpus": 0, "queue": None,
                   "account": None, "jobs": 1, "threads": 1, "job_extra": []}
@@ -103,9 +105,10 @@ def sweep_id(chapter: str, profile: str, axes: dict[str, list[Any]]) -> str:
 
 def run_id(params: dict[str, Any]) -> str:
     """A readable folder name for one combination (``lr-0.01_seed-1``), hashed when long or odd."""
-    text = "_".join(f"{k}-{_key(v)}" for k, v in sorted(params.items())) or "default"
-    safe = re.sub(r"[^A-Za-z0-9.+-]+", "_", text.replace('"', "")).strip("_")
-    if len(safe) > 80 or not safe:
+    # a name has one kind, so dropping the quotes of strings cannot make two ids equal
+    text = "_".join(f"{k}-{_key(v)}" for k, v in sorted(params.items())).replace('"', "") or "default"
+    safe = re.sub(r"[^A-Za-z0-9.+-]+", "_", text).strip("_")
+    if len(safe) > 80 or safe != text:  # a hash keeps ids distinct where characters were replaced
         safe = safe[:60] + "-" + hashlib.sha256(_key(params).encode()).hexdigest()[:10]
     return safe
 
@@ -131,7 +134,7 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
     ``local_gpu`` pins the run to the GPU numbered like its LocalCluster worker. Raises
     :class:`memlab.cli.RunError` on failure (Dask retries it once).
     """
-    from memlab.fsutil import clean_orphans, make_tmp_dir
+    from memlab.fsutil import make_tmp_dir
 
     final = Path(folder)
     if is_complete(final, chapter, profile, params):
@@ -141,11 +144,13 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
         from distributed import get_worker
 
         os.environ["CUDA_VISIBLE_DEVICES"] = str(get_worker().name)
-    clean_orphans(final.parent)  # temp folders of runs whose worker was killed
     tmp = make_tmp_dir(final.parent, final.name)
     try:
         start = time.perf_counter()
-        cli.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
+        # run_chapter sets the process's environment for its kernel: one run at a time per process,
+        # even on a worker started with several threads
+        with _RUN_LOCK:
+            cli.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
         meta = {"chapter": chapter, "profile": profile, "params": params,
                 "wall_time_s": round(time.perf_counter() - start, 1), "threads": threads}
         (tmp / RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
@@ -231,7 +236,9 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
     """Validate every combination, run those not yet complete on Dask, write and return the summary."""
     flags = dict(flags or {})
     combos = combinations(axes)
-    with cli.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False),
+    # Runs on other machines (a scheduler, SLURM) check their GPU there: the login node may have none.
+    remote = bool(scheduler) or cluster in ("slurm", "print")
+    with cli.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False) or remote,
                       flags.get("trust_remote_code", ())):
         for params in combos:  # every combination checked before any work
             cli.validate(chapter, profile, params, cli.repo_root())
@@ -290,6 +297,9 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
         print(f"dask: LocalCluster of {n} worker process(es) x 1 run, OMP_NUM_THREADS={threads} "
               f"({n * threads} threads on {_cores()} cores)")
     print(f"dask: dashboard {_dashboard(client)}")
+    if gpus_per_run and scheduler:
+        print(f"dask: each run requests the resource GPU={gpus_per_run}: start the workers with "
+              f"--resources GPU=N (else the runs wait)")
     try:
         futures = {}
         for p in todo:
@@ -299,13 +309,13 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
                                   key=f"memlab-run-{sweep_dir.name}-{rid}", pure=False, retries=1,
                                   resources={"GPU": gpus_per_run} if gpus_per_run else None)] = (rid, p)
         _follow(client, futures, sweep_dir)
+        from memlab.fsutil import clean_orphans
+
+        clean_orphans(sweep_dir)  # every run is over: temp folders left are those of killed workers
     finally:
         client.close()
         if own is not None:
             own.close()
-        from memlab.fsutil import clean_orphans
-
-        clean_orphans(sweep_dir)
 
 
 def _follow(client, futures: dict, sweep_dir: Path) -> None:
@@ -328,7 +338,10 @@ def _follow(client, futures: dict, sweep_dir: Path) -> None:
                 done += 1
                 record.unlink(missing_ok=True)
             else:
-                err = f.exception()
+                try:
+                    err = f.exception()
+                except Exception as e:  # noqa: BLE001 - a cancelled task (scheduler lost) is a failure too
+                    err = e
                 msg = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
                 cell = re.search(r"in (cell \d+[^:]*|a cell)", msg)
                 record.parent.mkdir(exist_ok=True)
@@ -391,14 +404,18 @@ def summarize(sweep_dir: Path) -> dict:
                           "(no sweep.json)") from None
     chapter, groups = spec["chapter"], {}
     failed = sorted(p.stem for p in (sweep_dir / "failed").glob("*.json"))
-    runs = []
+    runs, provenance = [], {}
     for rid in spec["runs"]:
         folder = sweep_dir / rid
-        if not (folder / RUN_FILE).exists():
+        try:  # a run folder exists only when complete; anything else is not a run of this sweep
+            params = json.loads((folder / RUN_FILE).read_text())["params"]
+            res = json.loads((folder / "results" / f"{chapter}.json").read_text())
+        except (OSError, ValueError, KeyError):
             continue
-        params = json.loads((folder / RUN_FILE).read_text())["params"]
-        res = json.loads((folder / "results" / f"{chapter}.json").read_text())
         runs.append(rid)
+        prov = res.get("provenance", {})
+        provenance[rid] = {"params": params, "git_commit": prov.get("git_commit"),
+                           "date": prov.get("date"), "wall_time_s": prov.get("wall_time_s")}
         gkey = _key({k: v for k, v in params.items() if not _is_seed(k)})
         g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {}})
         g["runs"].append(rid)
@@ -427,7 +444,7 @@ def summarize(sweep_dir: Path) -> dict:
                         "(scipy.stats.t.interval, n-1 dof)",
             "runs_done": runs, "runs_failed": failed,
             "runs_missing": len(spec["runs"]) - len(runs) - len(failed),
-            "groups": list(groups.values())}
+            "groups": list(groups.values()), "provenance": provenance}
 
 
 def write_summary(sweep_dir: Path) -> dict:
