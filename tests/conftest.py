@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,36 @@ def require_data(sub: str) -> Path:
             pytest.fail(f"MEMLAB_DATA_ROOT must hold {sub} in CI")
         pytest.skip(f"needs MEMLAB_DATA_ROOT with {sub}")
     return root / sub
+
+
+# Debian's Chromium, headless, as root, on a machine whose only network is loopback.
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def launch_chromium(playwright, executable: str):
+    """A headless Chromium browser from a Playwright instance, with the flags this machine needs."""
+    return playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+
+
+def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_source: str,
+                         module: str = "fake_spec") -> Path:
+    """A project folder ``root`` whose only chapter, ``fake``, is ``notebook_source`` with SPEC ``spec_source``.
+
+    ``{spec_dir!r}`` in the notebook source is replaced by the folder holding the spec
+    module (so the kernel can import it); the CLI's repository root points at ``root``.
+    Returns the spec folder.
+    """
+    from memlab import chapters, cli
+
+    spec_dir = root / "specs"
+    spec_dir.mkdir()
+    (spec_dir / f"{module}.py").write_text(spec_source)
+    (root / "notebooks").mkdir()
+    (root / "notebooks" / "fake.py").write_text(notebook_source.replace("{spec_dir!r}", repr(str(spec_dir))))
+    monkeypatch.syspath_prepend(str(spec_dir))
+    monkeypatch.delitem(sys.modules, module, raising=False)  # another test file's spec of the same name
+    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", module, "none.txt"))
+    monkeypatch.setattr(cli, "repo_root", lambda: root)
+    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
+    return spec_dir

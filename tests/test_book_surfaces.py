@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import launch_chromium
+
 REPO = Path(__file__).resolve().parents[1]
 WIDTHS = (1280, 390)
 BAD_TEXT = re.compile(r"\bNaN\b|\bnan\b|PosixPath|\.staging-|Traceback")
@@ -79,11 +81,7 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
     problems: list[str] = []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=chromium,
-                args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-            )
+            browser = launch_chromium(p, chromium)
             for path in pages:
                 chapter = Path(path).stem if path.startswith("book/chapters/") else None
                 source = (html / path).read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ import pytest
 
 from memlab import cli
 from memlab.chapters import CHAPTERS
+from conftest import launch_chromium
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNABLE = [c for c in CHAPTERS if (REPO / CHAPTERS[c].source).exists()]
@@ -114,11 +115,7 @@ def test_browser_sees_no_console_errors_and_every_image_loads(built_book):
     problems = []
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path=chromium,
-                args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                      "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-            )
+            browser = launch_chromium(p, chromium)
             for path in pages:
                 page = browser.new_page()
                 external_failed = set()

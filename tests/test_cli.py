@@ -1,13 +1,11 @@
 """The chapter runner end to end on a tiny fake chapter: validation, publishing, failure handling."""
 import json
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from memlab import chapters, cli
+from conftest import install_fake_chapter
 
 FAKE_SPEC = '''
 from memlab.config import Param
@@ -44,15 +42,7 @@ run.save(claims=[])
 
 @pytest.fixture
 def fake_project(tmp_path, monkeypatch):
-    spec_dir = tmp_path / "specs"
-    spec_dir.mkdir()
-    (spec_dir / "fake_spec.py").write_text(FAKE_SPEC)
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "fake.py").write_text(FAKE_NOTEBOOK.replace("{spec_dir!r}", repr(str(spec_dir))))
-    monkeypatch.syspath_prepend(str(spec_dir))
-    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "fake_spec", "none.txt"))
-    monkeypatch.setattr(cli, "repo_root", lambda: tmp_path)
-    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
+    install_fake_chapter(tmp_path, monkeypatch, FAKE_SPEC, FAKE_NOTEBOOK)
     return tmp_path
 
 

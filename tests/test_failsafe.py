@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlab import chapters, cli, netguard, preflight, results
+from memlab import cli, netguard, preflight, results
 from memlab.config import ConfigError
 from memlab.data import text, vision
 
-from conftest import shared_data_root
+from conftest import install_fake_chapter, shared_data_root
 
 CLASSES = vision.CIFAR10_CLASSES
 _SHARED = shared_data_root()  # read at import: the fixtures below unset MEMLAB_DATA_ROOT
@@ -269,15 +269,7 @@ run.save(claims=[])
 
 @pytest.fixture
 def fake_chapter(tmp_path, monkeypatch):
-    spec_dir = tmp_path / "specs"
-    spec_dir.mkdir()
-    (spec_dir / "failsafe_spec.py").write_text(FAKE_SPEC)
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "fake.py").write_text(FAKE_NOTEBOOK.replace("{spec_dir!r}", repr(str(spec_dir))))
-    monkeypatch.syspath_prepend(str(spec_dir))
-    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "failsafe_spec", "none.txt"))
-    monkeypatch.setattr(cli, "repo_root", lambda: tmp_path)
-    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
+    install_fake_chapter(tmp_path, monkeypatch, FAKE_SPEC, FAKE_NOTEBOOK, module="failsafe_spec")
     monkeypatch.delenv("MEMLAB_OFFLINE", raising=False)  # memlab run must turn the guard on itself
     return tmp_path
 

@@ -3,14 +3,14 @@ sweep with its summary, resuming, a worker killed mid-run, a failing run recorde
 import json
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from memlab import chapters, cli, sweep
+from memlab import cli, sweep
+from conftest import install_fake_chapter
 from memlab.config import ConfigError
 
 FAKE_SPEC = '''
@@ -57,16 +57,8 @@ cli.repo_root = lambda: Path({root!r})
 
 @pytest.fixture
 def fake_project(tmp_path, monkeypatch):
-    spec_dir = tmp_path / "specs"
-    spec_dir.mkdir()
-    (spec_dir / "fake_spec.py").write_text(FAKE_SPEC)
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / "notebooks" / "fake.py").write_text(FAKE_NOTEBOOK.replace("{spec_dir!r}", repr(str(spec_dir))))
+    spec_dir = install_fake_chapter(tmp_path, monkeypatch, FAKE_SPEC, FAKE_NOTEBOOK)
     (tmp_path / "preload.py").write_text(PRELOAD.format(spec_dir=str(spec_dir), root=str(tmp_path)))
-    monkeypatch.syspath_prepend(str(spec_dir))
-    monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", "fake_spec", "none.txt"))
-    monkeypatch.setattr(cli, "repo_root", lambda: tmp_path)
-    monkeypatch.setenv("MEMLAB_PROGRESS", "0")
     return tmp_path
 
 
