@@ -116,7 +116,11 @@ def test_tied_weights_round_trip(tmp_path, monkeypatch):
     assert b.out.weight is b.emb.weight and torch.all(b.emb.weight == 0.5)
 
 
-def test_entry_from_another_thread_count_warns_on_load(tmp_path, monkeypatch):
+@pytest.mark.parametrize("field, other, what", [
+    ("torch_threads", torch.get_num_threads() + 1, "torch threads"),
+    ("cpu_isa", "AVX512" if torch.backends.cpu.get_cpu_capability() != "AVX512" else "AVX2", r"CPU kernels \(ISA\)"),
+])
+def test_entry_from_another_thread_count_or_isa_warns_on_load(tmp_path, monkeypatch, field, other, what):
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
     cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))
     entry = tmp_path / cache.key("ch", "stage", {"n": 1})
@@ -125,7 +129,8 @@ def test_entry_from_another_thread_count_warns_on_load(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # same thread count: silent
         cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))
-    meta["torch_threads"] = torch.get_num_threads() + 1
+    assert meta[field] != other
+    meta[field] = other
     (entry / "meta.json").write_text(json.dumps(meta))
-    with pytest.warns(UserWarning, match=r"ch/stage entry .* trained with \d+ torch threads, this run uses"):
+    with pytest.warns(UserWarning, match=rf"ch/stage entry .* trained with {what} {other}, this run uses"):
         cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))

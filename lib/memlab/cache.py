@@ -109,22 +109,25 @@ def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) 
         "chapter": chapter, "stage": stage, "config": to_jsonable(config), "code_version": code_version,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": kind,
         "git_commit": git_commit(), "torch": torch.__version__, "device": device().type,
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": torch.get_num_threads(), "cpu_isa": torch.backends.cpu.get_cpu_capability(),
     }
 
 
 def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) -> None:
-    """Warn when a CPU entry was trained with another torch thread count than this run uses.
+    """Warn when a CPU entry was trained with another torch thread count or vector ISA than this run uses.
 
     Such an entry is valid, but a fresh training here would give slightly
-    different weights, so a cold and a warm run of the chapter would disagree.
+    different weights (other summation orders), so a cold and a warm run of the
+    chapter would disagree.
     """
-    made, now = meta.get("torch_threads"), torch.get_num_threads()
-    if meta.get("device") == "cpu" and device().type == "cpu" and made is not None and made != now:
-        warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {made} torch "
-                      "threads, "
-                      f"this run uses {now}; its weights differ slightly from a fresh training here "
-                      "(--no-cache retrains)", stacklevel=4)
+    if meta.get("device") != "cpu" or device().type != "cpu":
+        return
+    for what, made, now in (("torch threads", meta.get("torch_threads"), torch.get_num_threads()),
+                            ("CPU kernels (ISA)", meta.get("cpu_isa"), torch.backends.cpu.get_cpu_capability())):
+        if made is not None and made != now:
+            warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {what} {made}, "
+                          f"this run uses {now}; its weights differ slightly from a fresh training here "
+                          "(--no-cache retrains)", stacklevel=4)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -369,9 +369,10 @@ def run_chapter(
             if profile in ("smoke", "cpu"):
                 os.environ["MEMLAB_OFFLINE"] = "1"  # the kernel's memlab import turns the guard on
         os.environ.setdefault("MPLBACKEND", "Agg")
-        # torch 2.14.1's CPU backward of our small ResNets aborts with heap corruption
-        # ("free(): invalid next size") under 2 intra-op threads; one thread is safe and,
-        # on 2 cores, barely slower. Set OMP_NUM_THREADS yourself to use more.
+        # One thread by default: results are deterministic at a fixed thread count, and the
+        # published book was run with one. (The heap corruption that first forced one thread was
+        # oneDNN's AVX2 kernel on channels-last inputs, benchmarks/repro_onednn_channels_last.py;
+        # vision inputs are now contiguous.) Set OMP_NUM_THREADS yourself to use more.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a fatal signal leaves its Python stack in the log
         os.environ.setdefault("LIBC_FATAL_STDERR_", "1")  # glibc's "double free ..." to stderr, not the tty

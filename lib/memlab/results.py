@@ -90,6 +90,23 @@ def git_commit() -> str:
         return "unknown"
 
 
+def cpu_name() -> str:
+    """The CPU's model and the vector ISA torch's kernels use, e.g. ``AMD EPYC, AVX2``.
+
+    Float results differ slightly between ISAs (AVX2 vs AVX-512 kernels sum in other
+    orders), so a published number names the one that produced it.
+    """
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
     """Where a result came from: commit, versions, device, wall time, date."""
     import torch
@@ -101,7 +118,7 @@ def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - pinned dependency
         tv = None
     dev = device()
-    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else platform.processor() or platform.machine()
+    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else cpu_name()
     return {
         "git_commit": git_commit(),
         "memlab_version": memlab.__version__,
