@@ -399,7 +399,9 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 #
 # **What did not.** Under two of the prefills our small model's teacher-forced match of the canary dips
 # just under the 0.9 floor; at this scale the memorised continuation depends a little more on the prefill
-# format than in the paper's models.
+# format than in the paper's models. And the prefill effect does not change direction between our two
+# seeds: $\Delta_{AB}$ has the same sign at both, though one of them lies within one author (of 30) of
+# zero, so this verdict sits inside the audit's sampling noise.
 #
 # **What to take from it.** A gap between what the trace and the answer reveal after unlearning is not
 # by itself evidence of weight-level memorisation: it moves with the parser convention and the prefill.

@@ -423,14 +423,17 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # **What held.** The qualitative picture: total memorisation of random tokens plateaus as the data grows
 # ({numref}`fig-05-1`), fp32 stores slightly more than bf16, membership inference on text gets harder and
 # extraction falls to the test rate as the data set grows ({numref}`fig-05-7`,
-# {numref}`fig-05-extraction`), and the paper's membership law reproduces its Table 2.
+# {numref}`fig-05-extraction`), rare-token (high TF-IDF) sequences carry the most unintended
+# memorisation ({numref}`fig-05-16`), and the paper's membership law reproduces its Table 2.
 #
 # **What did not.** The absolute numbers: capacity is less cleanly linear in parameter count and far
 # below 3.6 bits per parameter ({numref}`fig-05-6`), so min(capacity, H(X)) overestimates memorisation
 # ({numref}`fig-05-11`); the training curves ({numref}`fig-05-5`) show why — a few hundred to a thousand
 # steps do not fill even these tiny models. No double-descent onset appears along our data sizes
-# ({numref}`fig-05-2-3`), uniform-token membership inference stays near perfect, and rare-token sequences
-# are not memorised most ({numref}`fig-05-16`).
+# ({numref}`fig-05-2-3`), and uniform-token membership inference stays near perfect. The TF-IDF finding
+# is fragile here: Figure 16's run is the largest training set with at least 20 memorised sequences, and
+# which set that is moves with the CPU's floating-point kernels (the published run on another CPU read a
+# larger set and found no correlation).
 #
 # **What to take from it.** Even models of $10^3$–$10^4$ parameters show memorisation saturating and
 # generalisation taking over as data grows; the bits-per-parameter constant is a property of models
