@@ -362,9 +362,10 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 #
 # **What did not.** Almost everything built on it. On our tiny diffusion LM, Q-Skew stays near chance
 # while a loss-calibration baseline separates members well, under domain and instruction fine-tuning
-# alike and at every epoch count ({numref}`fig-04-epochs`); members' per-token differences are not
-# right-skewed ({numref}`fig-04-deltas`); replacing skewness by the mean helps; and no score recovers any
-# PII. The reasons in the table agree: the token-level skew the method reads does not form in a model of
+# alike and at every epoch count ({numref}`fig-04-epochs`); members' per-token differences are at most
+# barely more right-skewed than non-members' ({numref}`fig-04-deltas`; the claims table gives the pooled
+# values, which sit close to zero on both sides); replacing skewness by the mean helps; and no score
+# recovers any PII. The reasons in the table agree: the token-level skew the method reads does not form in a model of
 # well under a million parameters fine-tuned on a few dozen blocks.
 #
 # **What to take from it.** At this scale the chapter tests that the code runs the paper's pipeline, not
