@@ -73,17 +73,38 @@ pd.options.display.float_format = "{:.1f}".format
 data = ch.load_data(cfg)
 orig = ch.original_model(cfg, data, cfg.seed)
 orig_audit, _ = ch.audit(orig, data, cfg.recal_batch)
-sizes = pd.DataFrame({
-    "images": [len(data.splits.forget_x), len(data.splits.retain_x), len(data.test_forget_x), len(data.pool_x)],
-}, index=["forget (train)", "retain (train)", "forget-class test", "recovery pool (test, other classes)"])
+sizes = pd.DataFrame(
+    {
+        "images": [
+            len(data.splits.forget_x),
+            len(data.splits.retain_x),
+            len(data.test_forget_x),
+            len(data.pool_x),
+        ],
+    },
+    index=[
+        "forget (train)",
+        "retain (train)",
+        "forget-class test",
+        "recovery pool (test, other classes)",
+    ],
+)
 display(sizes.style.format("{:d}"))
-run.record(original=orig_audit, forget_classes=data.forget_classes, ood_source=data.ood_note)
-display(Markdown(
-    f"The original model reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class test images and "
-    f"**{orig_audit['Pre-R']:.1f}%** on retain training images. "
-    + ("This is a weak model; every gap below is bounded by how much it knew about the forget class."
-       if orig_audit["Pre-F"] < 50 else "The model clearly learned the forget class.")
-))
+run.record(
+    original=orig_audit, forget_classes=data.forget_classes, ood_source=data.ood_note
+)
+display(
+    Markdown(
+        f"The original model reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class"
+        f" test images and **{orig_audit['Pre-R']:.1f}%** on retain training images. "
+        + (
+            "This is a weak model; every gap below is bounded by how much it knew about"
+            " the forget class."
+            if orig_audit["Pre-F"] < 50
+            else "The model clearly learned the forget class."
+        )
+    )
+)
 
 # %% [markdown]
 # ## The recalibration operator
@@ -99,10 +120,16 @@ display(Markdown(
 # %%
 cal = bn.recalibrate(orig, data.splits.retain_x, cfg.recal_batch)
 cal2 = bn.recalibrate(cal, data.splits.retain_x, cfg.recal_batch)
-gap = max(float((a[0] - b[0]).abs().max()) for a, b in zip(bn.running_stats(cal).values(),
-                                                             bn.running_stats(cal2).values()))
-display(Markdown(f"Weights unchanged: **{bn.weights_equal(orig, cal)}**; largest running-mean change when "
-                 f"recalibrating twice: **{gap:.2e}**."))
+gap = max(
+    float((a[0] - b[0]).abs().max())
+    for a, b in zip(bn.running_stats(cal).values(), bn.running_stats(cal2).values())
+)
+display(
+    Markdown(
+        f"Weights unchanged: **{bn.weights_equal(orig, cal)}**; largest running-mean"
+        f" change when recalibrating twice: **{gap:.2e}**."
+    )
+)
 
 # %% [markdown]
 # ## Table 1: forget accuracy before and after recalibration
@@ -133,32 +160,57 @@ display(Markdown(f"Weights unchanged: **{bn.weights_equal(orig, cal)}**; largest
 # %%
 long, models = ch.run_method_table(cfg, data)
 summary = ch.summarise(long)
-ours = summary.drop(index="Original")  # the rows the paper reports; Original stays as our reference row
+ours = summary.drop(
+    index="Original"
+)  # the rows the paper reports; Original stays as our reference row
 theirs = paper.table(CH, "table1")
 table1 = paper.side_by_side(summary, theirs, metrics=ch.METRICS)
-display(Markdown(f"Reproduces the paper's {paper.source(CH, 'table1')}: {theirs.attrs['caption']}. "
-                 f"*ours*: profile `{cfg.profile}`, {cfg.n_seeds} seed(s)"
-                 + (", mean over seeds (std in the second table)" if cfg.n_seeds > 1 else "") + "."))
+display(
+    Markdown(
+        f"Reproduces the paper's {paper.source(CH, 'table1')}:"
+        f" {theirs.attrs['caption']}. *ours*: profile `{cfg.profile}`, {cfg.n_seeds}"
+        " seed(s)"
+        + (", mean over seeds (std in the second table)" if cfg.n_seeds > 1 else "")
+        + "."
+    )
+)
 table1.insert(0, ("BN mode", "ours"), summary["BN mode"].reindex(table1.index))
-display(table1.style.format(precision=1, na_rep="–")
-        .format(precision=3, subset=[("ReAUC", "paper"), ("ReAUC", "ours")], na_rep="–"))
+display(
+    table1.style.format(precision=1, na_rep="–").format(
+        precision=3, subset=[("ReAUC", "paper"), ("ReAUC", "ours")], na_rep="–"
+    )
+)
 if cfg.n_seeds > 1:
     display(summary.filter(like=" std"))
-table1_metrics = {m: {k: float(v) for k, v in r.items() if k != "BN mode"} for m, r in summary.iterrows()}
-run.record(table1=table1_metrics, bn_modes=summary["BN mode"].to_dict(),
-           relearn_curves={f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()})
+table1_metrics = {
+    m: {k: float(v) for k, v in r.items() if k != "BN mode"}
+    for m, r in summary.iterrows()
+}
+run.record(
+    table1=table1_metrics,
+    bn_modes=summary["BN mode"].to_dict(),
+    relearn_curves={
+        f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()
+    },
+)
 checked = [bn.weights_equal(m, c) for m, c in models.values()]
 run.record(recal_weights_unchanged=all(checked), recal_models_checked=len(checked))
 nine = ours.drop(index="Retrain", errors="ignore")
 big = nine.index[nine["ΔF"] >= ch.GAP_PP].tolist()
-display(Markdown(
-    f"At this profile, **{len(big)} of {len(nine)}** methods show ΔF ≥ {ch.GAP_PP} pp"
-    + (f" ({', '.join(big)})" if big else "") + f"; the paper reports {paper.number(CH, 'n_methods_large_gap')} of 9. "
-    f"The largest gap here is {nine['ΔF'].max():+.1f} pp ({nine['ΔF'].idxmax()}); the paper's largest is "
-    f"{paper.number(CH, 'badteacher_flip_pp'):+.1f} pp (BadTeacher). Gaps are bounded by the original model's "
-    f"forget accuracy ({orig_audit['Pre-F']:.1f}% here, about 95% or more in the paper's table), and a method "
-    "that erased the class from the weights, or wrecked the whole model (look at Pre-R), has no gap to show."
-))
+display(
+    Markdown(
+        f"At this profile, **{len(big)} of {len(nine)}** methods show ΔF ≥"
+        f" {ch.GAP_PP} pp"
+        + (f" ({', '.join(big)})" if big else "")
+        + f"; the paper reports {paper.number(CH, 'n_methods_large_gap')} of 9. The"
+        f" largest gap here is {nine['ΔF'].max():+.1f} pp ({nine['ΔF'].idxmax()});"
+        f" the paper's largest is {paper.number(CH, 'badteacher_flip_pp'):+.1f} pp"
+        " (BadTeacher). Gaps are bounded by the original model's forget accuracy"
+        f" ({orig_audit['Pre-F']:.1f}% here, about 95% or more in the paper's table),"
+        " and a method that erased the class from the weights, or wrecked the whole"
+        " model (look at Pre-R), has no gap to show."
+    )
+)
 
 # %% [markdown]
 # The Original row is our reference and is not in the paper's table. A nonzero ΔF for it means the
@@ -175,10 +227,16 @@ display(Markdown(
 
 # %%
 table2 = ch.lp_decomposition(long)
-t2_paper = paper.table(CH, "table2_cifar10" if cfg.dataset == "cifar10" else "table2_cifar100")
-display(Markdown(f"Reproduces the paper's {t2_paper.attrs['source']}. LP of Retrain: ours "
-                 f"{table2.attrs['LP_retrain']:.1f}%, paper "
-                 f"{paper.number(CH, 'lp_retrain_' + cfg.dataset):.2f}% ({cfg.dataset})."))
+t2_paper = paper.table(
+    CH, "table2_cifar10" if cfg.dataset == "cifar10" else "table2_cifar100"
+)
+display(
+    Markdown(
+        f"Reproduces the paper's {t2_paper.attrs['source']}. LP of Retrain: ours "
+        f"{table2.attrs['LP_retrain']:.1f}%, paper "
+        f"{paper.number(CH, 'lp_retrain_' + cfg.dataset):.2f}% ({cfg.dataset})."
+    )
+)
 t2_view = paper.side_by_side(table2, t2_paper, metrics=["BN-residual", "NC-residual"])
 for col in ("LP", "LP (recal)"):
     t2_view[(col, "ours")] = table2[col].reindex(t2_view.index)
@@ -187,9 +245,15 @@ run.record(table2=table2.to_dict(orient="index"))
 if cfg.dataset == "cifar100":
     run.record(table2_cifar100=table2.to_dict(orient="index"))
 else:
-    c100 = paper.table(CH, "table2_cifar100").assign(ours="not run at this profile (needs dataset='cifar100')")
-    display(Markdown(f"Paper, CIFAR-100 ({c100.attrs['source']}): the masking case, where the BN-residual is "
-                     "negative and the recalibrated probe sits above Retrain."))
+    c100 = paper.table(CH, "table2_cifar100").assign(
+        ours="not run at this profile (needs dataset='cifar100')"
+    )
+    display(
+        Markdown(
+            f"Paper, CIFAR-100 ({c100.attrs['source']}): the masking case, where the"
+            " BN-residual is negative and the recalibrated probe sits above Retrain."
+        )
+    )
     display(c100)
 
 # %% [markdown]
@@ -237,8 +301,11 @@ run.record(figure1a=fig1a_df.to_dict(orient="index"))
 sweep = ch.budget_sweep(cfg, data, models)
 post_f = {m: table1_metrics[m]["Post-F"] for m in cfg.recovery_methods}
 # One panel per method, one line per image source; dashed: full retain recalibration.
-source_labels = {"retain": "retain images", "test": "held-out test images",
-                 "ood": "out-of-distribution substitute"}
+source_labels = {
+    "retain": "retain images",
+    "test": "held-out test images",
+    "ood": "out-of-distribution substitute",
+}
 rec_methods = list(dict.fromkeys(sweep["method"]))
 fig, axes = plotting.figure("wide", ncols=len(rec_methods), sharey=True)
 axes = np.atleast_1d(axes)
@@ -246,8 +313,15 @@ for ax, m in zip(axes, rec_methods):
     d = sweep[sweep["method"] == m]
     for src, g in d.groupby("source", sort=False):
         s = g.groupby("budget")["forget_acc"].agg(["mean", "std"])
-        ax.errorbar(s.index, s["mean"], yerr=s["std"].fillna(0), marker="o", ms=3,
-                    capsize=2, label=source_labels.get(src, src))
+        ax.errorbar(
+            s.index,
+            s["mean"],
+            yerr=s["std"].fillna(0),
+            marker="o",
+            ms=3,
+            capsize=2,
+            label=source_labels.get(src, src),
+        )
     ax.axhline(post_f[m], ls="--", color="k", lw=1, label="full retain recalibration")
     ax.set_xscale("log")
     budgets = sorted(d["budget"].unique())
@@ -260,15 +334,31 @@ axes[0].set_ylim(0, 100)
 handles, labels = axes[0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
 _ = plotting.publish(fig, "fig1b", CH)
-piv = sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
+piv = (
+    sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
+)
 display(piv.style.format(precision=1))
 rec = paper.table(CH, "recovery_b10")
-display(Markdown(f"Paper ({rec.attrs['source']}): " + "; ".join(
-    f"{m} " + ", ".join(f"{k} {v}%" for k, v in r.dropna().items()) for m, r in rec.iterrows())
-    + f". Our out-of-distribution source: {data.ood_note}."))
-b10 = sweep[(sweep["budget"] == min(cfg.budgets)) & (sweep["source"] == "test")].groupby("method")["forget_acc"].mean()
-run.record(figure1b=piv.reset_index().to_dict(orient="records"), recovery_b10_test=b10.to_dict(),
-           smallest_budget=min(cfg.budgets))
+display(
+    Markdown(
+        f"Paper ({rec.attrs['source']}): "
+        + "; ".join(
+            f"{m} " + ", ".join(f"{k} {v}%" for k, v in r.dropna().items())
+            for m, r in rec.iterrows()
+        )
+        + f". Our out-of-distribution source: {data.ood_note}."
+    )
+)
+b10 = (
+    sweep[(sweep["budget"] == min(cfg.budgets)) & (sweep["source"] == "test")]
+    .groupby("method")["forget_acc"]
+    .mean()
+)
+run.record(
+    figure1b=piv.reset_index().to_dict(orient="records"),
+    recovery_b10_test=b10.to_dict(),
+    smallest_budget=min(cfg.budgets),
+)
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-fig1b
@@ -290,8 +380,15 @@ run.record(figure1b=piv.reset_index().to_dict(orient="records"), recovery_b10_te
 if cfg.gn_control:
     gn_long = ch.groupnorm_control(cfg, data)
     gn = ch.summarise(gn_long)
-    display(gn[ch.METRICS].style.format(precision=1).format(precision=3, subset=["ReAUC"]))
-    run.record(gn_table={m: {k: float(v) for k, v in r.items() if k != "BN mode"} for m, r in gn.iterrows()})
+    display(
+        gn[ch.METRICS].style.format(precision=1).format(precision=3, subset=["ReAUC"])
+    )
+    run.record(
+        gn_table={
+            m: {k: float(v) for k, v in r.items() if k != "BN mode"}
+            for m, r in gn.iterrows()
+        }
+    )
 else:
     display(Markdown("GroupNorm control not run (`gn_control=False`)."))
 
@@ -307,7 +404,9 @@ else:
 if cfg.vit_control:
     vit = ch.vit_control(cfg, data)
     display(vit.style.format(precision=1))
-    run.record(vit_table=vit.drop(columns=["weights unchanged"]).to_dict(orient="index"))
+    run.record(
+        vit_table=vit.drop(columns=["weights unchanged"]).to_dict(orient="index")
+    )
 else:
     display(Markdown(f"Not run at the `{cfg.profile}` profile (`vit_control=False`)."))
 
@@ -326,15 +425,31 @@ fig, axes = plotting.figure("wide", ncols=2)
 for ax, y in zip(axes, ("ReAUC", "LP-50")):
     ax.scatter(ours["Post-F"], ours[y])
     for name, r in ours.iterrows():
-        ax.annotate(name, (r["Post-F"], r[y]), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
+        ax.annotate(
+            name,
+            (r["Post-F"], r[y]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     ax.set_xlabel("Post-F (%)")
     ax.set_ylabel(y)
 _ = plotting.publish(fig, "correlations", CH)
 cp = paper.table(CH, "correlations")
-display(corr.style.format(precision=3, subset=["statistic"]).format("{:.2g}", subset=["p-value"]))
-display(Markdown("Paper (" + cp.attrs["source"] + "): " + ", ".join(f"{k} {v}" for k, v in cp.loc["ReAUC"].items())
-                 + " for Post-F vs ReAUC."))
+display(
+    corr.style.format(precision=3, subset=["statistic"]).format(
+        "{:.2g}", subset=["p-value"]
+    )
+)
+display(
+    Markdown(
+        "Paper ("
+        + cp.attrs["source"]
+        + "): "
+        + ", ".join(f"{k} {v}" for k, v in cp.loc["ReAUC"].items())
+        + " for Post-F vs ReAUC."
+    )
+)
 run.record(correlations=corr.to_dict(orient="records"))
 
 # %% [markdown]
@@ -353,6 +468,8 @@ run.record(correlations=corr.to_dict(orient="records"))
 
 # %%
 app_h = ch.ga_step_sweep(cfg, data, cfg.seed)
+
+
 def plot_pre_post(df: pd.DataFrame, xlabel: str):
     """Pre-F and Post-F (%) against a swept setting (Appendices H and Q)."""
     fig, ax = plotting.figure("single")
@@ -366,8 +483,7 @@ def plot_pre_post(df: pd.DataFrame, xlabel: str):
     return fig
 
 
-_ = plotting.publish(plot_pre_post(app_h, "gradient-ascent steps"), "appendix_h",
-                     CH)
+_ = plotting.publish(plot_pre_post(app_h, "gradient-ascent steps"), "appendix_h", CH)
 display(app_h.style.format(precision=1))
 run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items()})
 
@@ -389,8 +505,10 @@ run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items
 app_q = ch.salun_mix_sweep(cfg, data, cfg.seed)
 fig = plot_pre_post(app_q, "retain share of each SalUn batch")
 _ = plotting.publish(fig, "appendix_q", CH)
-display(app_q.style.format(precision=1))
-run.record(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()})
+display(app_q.style.format(precision=1).format_index(precision=2))
+run.record(
+    appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()}
+)
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-appendix_q
@@ -415,8 +533,9 @@ fig, ax = plotting.figure("wide")
 for i, (m, g) in enumerate(mis.groupby("method", sort=False)):
     ax.plot(g["layer"], g["before"], color=f"C{i % 10}", marker=".", label=m)
     ax.plot(g["layer"], g["after"], color=f"C{i % 10}", ls="--", lw=0.8)
-ax.plot([], [], color="k", ls="--", lw=0.8,
-        label="half vs full retain (sampling error)")
+ax.plot(
+    [], [], color="k", ls="--", lw=0.8, label="half vs full retain (sampling error)"
+)
 ax.set_yscale("log")
 ax.set_xticks(sorted(mis["layer"].unique()))
 ax.set_xlabel("BN layer (input to output)")
@@ -425,9 +544,13 @@ ax.legend(ncols=2, fontsize=7)
 _ = plotting.publish(fig, "fig2", CH)
 by_method = mis.groupby("method", sort=False)[["before", "after"]].agg(["mean", "max"])
 display(by_method.style.format(precision=4))
-run.record(misalignment={"before_mean": mis.groupby("method")["before"].mean().to_dict(),
-                         "before_max": mis.groupby("method")["before"].max().to_dict(),
-                         "after_mean": mis.groupby("method")["after"].mean().to_dict()})
+run.record(
+    misalignment={
+        "before_mean": mis.groupby("method")["before"].mean().to_dict(),
+        "before_max": mis.groupby("method")["before"].max().to_dict(),
+        "after_mean": mis.groupby("method")["after"].mean().to_dict(),
+    }
+)
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-fig2
@@ -444,17 +567,24 @@ run.record(misalignment={"before_mean": mis.groupby("method")["before"].mean().t
 # pattern), Tiny-ImageNet or ImageNet-100 are outside this chapter's runs.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
-                          reasons=paper.reasons(cfg.chapter))
+verdicts = paper.evaluate(
+    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
+)
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 if cfg.n_seeds == 1:
-    # With one seed, a verdict that hinges on a few points of ΔF can follow that seed's noise.
-    display(Markdown(
-        f"Every Table 1 row here comes from **one seed** (seed {cfg.seed}). Verdicts that turn on a few points, "
-        f"such as which method flips most or the sign of a small residual, can change with the seed: re-run with "
-        f"`memlab run 01_bn_illusion -p seed {cfg.seed + 1}` (a different data subset and initialisation), or with "
-        f"`-p n_seeds 3` to average rows over seeds (about three times the Table 1 cost)."))
+    # With one seed, a verdict that hinges on a few points of ΔF can follow the
+    # seed's noise.
+    display(
+        Markdown(
+            f"Every Table 1 row here comes from **one seed** (seed {cfg.seed})."
+            " Verdicts that turn on a few points, such as which method flips most or"
+            " the sign of a small residual, can change with the seed: re-run with"
+            f" `memlab run 01_bn_illusion -p seed {cfg.seed + 1}` (a different data"
+            " subset and initialisation), or with `-p n_seeds 3` to average rows over"
+            " seeds (about three times the Table 1 cost)."
+        )
+    )
 
 # %% tags=["remove-input"]
 from myst_nb import glue

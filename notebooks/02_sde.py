@@ -76,11 +76,18 @@ run.provenance_box()
 # %%
 data = ch.load_data(cfg)
 sizes = dict(zip(cfg.holdout_fractions, cfg.subset_sizes))
-display(pd.DataFrame({
-    "held-out samples": {f"R={r * 100:g}%": int(round(r * len(data.y_train))) for r in cfg.holdout_fractions},
-    "|S| ours": {f"R={r * 100:g}%": s for r, s in sizes.items()},
-    "|S| paper": {"R=5%": 400, "R=10%": 1000, "R=20%": 2000},
-}).rename_axis(f"{len(data.y_train)} training, {len(data.y_test)} test images"))
+display(
+    pd.DataFrame(
+        {
+            "held-out samples": {
+                f"R={r * 100:g}%": int(round(r * len(data.y_train)))
+                for r in cfg.holdout_fractions
+            },
+            "|S| ours": {f"R={r * 100:g}%": s for r, s in sizes.items()},
+            "|S| paper": {"R=5%": 400, "R=10%": 1000, "R=20%": 2000},
+        }
+    ).rename_axis(f"{len(data.y_train)} training, {len(data.y_test)} test images")
+)
 
 # %% [markdown]
 # ## Table 1: telling in- from out-of-training subsets
@@ -97,12 +104,20 @@ f1 = controlled["f1"]
 main_col = f"R={cfg.forget_fraction * 100:g}%"
 run.record(f1=f1.to_dict(orient="index"), main_column=main_col)
 
-ours1 = pd.concat([f1.loc[["SDE"]].rename(index={"SDE": "CIFAR-10"}),
-                   pd.DataFrame(np.nan, index=list(ch.NOT_RUN_DATASETS), columns=f1.columns)])
+ours1 = pd.concat(
+    [
+        f1.loc[["SDE"]].rename(index={"SDE": "CIFAR-10"}),
+        pd.DataFrame(np.nan, index=list(ch.NOT_RUN_DATASETS), columns=f1.columns),
+    ]
+)
 table1 = paper.side_by_side(ours1, paper.table(CH, "table1"))
 display(table1.round(2))
-display(Markdown("SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline copy of these data sets; "
-                 "their rows show the paper's numbers only."))
+display(
+    Markdown(
+        "SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline copy of these data"
+        " sets; their rows show the paper's numbers only."
+    )
+)
 
 # %% [markdown]
 # ## Table 2: SDE against distribution distances
@@ -139,8 +154,11 @@ models = ch.unlearn_all(cfg, data)
 unlearning = ch.evaluate_unlearning(cfg, data, models)
 table3 = unlearning["table"]
 run.record(table3=table3.to_dict(orient="index"))
-display(paper.side_by_side(table3, paper.table(CH, "table3"),
-                           ["Acc_r (%)", "Acc_f (%)", "ASR", "OTR (%)"]).round(2))
+display(
+    paper.side_by_side(
+        table3, paper.table(CH, "table3"), ["Acc_r (%)", "Acc_f (%)", "ASR", "OTR (%)"]
+    ).round(2)
+)
 display(table3[["Acc_test (%)"]].round(1).T)
 
 # %% [markdown]
@@ -157,17 +175,21 @@ display(table3[["Acc_test (%)"]].round(1).T)
 dists = unlearning["dists"]
 ncols = min(3, len(dists))
 nrows = int(np.ceil(len(dists) / ncols))
-fig, axes = plotting.figure("tall" if nrows > 1 else "wide", ncols=ncols, nrows=nrows,
-                            squeeze=False)
-labels = {"in": "in-training ref. (retain)", "out": "out-of-training ref. (test)",
-          "target": "target (forget subset)"}
+fig, axes = plotting.figure(
+    "tall" if nrows > 1 else "wide", ncols=ncols, nrows=nrows, squeeze=False
+)
+labels = {
+    "in": "in-training ref. (retain)",
+    "out": "out-of-training ref. (test)",
+    "target": "target (forget subset)",
+}
 for ax, (name, d) in zip(axes.ravel(), dists.items()):
     edges = sde.shared_edges(d["in"], d["out"], d["target"], n_bins=30)
     for key, label in labels.items():
         ax.hist(d[key], bins=edges, alpha=0.55, label=label)
     ax.set_title(name)
     ax.set_xlabel("split-half HSIC")
-for ax in axes.ravel()[len(dists):]:
+for ax in axes.ravel()[len(dists) :]:
     ax.set_visible(False)
 axes.ravel()[0].legend()
 _ = plotting.publish(fig, "dependence", CH)
@@ -193,7 +215,9 @@ _ = plotting.publish(fig, "dependence", CH)
 r_max = max(cfg.holdout_fractions)
 model_rmax = controlled["models"][r_max][0]
 sweep = ch.size_sweep(cfg, data, model_rmax, r_max)
-run.record(size_sweep={d: {int(k): v for k, v in sweep[d].items()} for d in sweep.columns})
+run.record(
+    size_sweep={d: {int(k): v for k, v in sweep[d].items()} for d in sweep.columns}
+)
 display(sweep.round(2))
 fig, ax = plotting.figure("single")
 for col, marker in zip(sweep.columns, "osd"):
@@ -223,12 +247,20 @@ final_main, early_main = controlled["models"][r_main]
 bandwidth = ch.bandwidth_ablation(cfg, data, final_main, r_main, sizes[r_main])
 depth = ch.depth_ablation(cfg, data, final_main, r_main, sizes[r_main])
 early_f1 = ch.early_check(cfg, data, early_main, r_main, sizes[r_main])
-run.record(bandwidth={str(k): v for k, v in bandwidth.items()}, depth=depth.to_dict(), early_f1=early_f1,
-           early_epochs=ch.early_epoch(cfg))
+run.record(
+    bandwidth={str(k): v for k, v in bandwidth.items()},
+    depth=depth.to_dict(),
+    early_f1=early_f1,
+    early_epochs=ch.early_epoch(cfg),
+)
 display(bandwidth.round(2).to_frame().T)
 display(depth.round(2).to_frame().T)
-display(Markdown(f"Early model (after {ch.early_epoch(cfg)} of {cfg.epochs} epochs): SDE F1 **{early_f1:.2f}**; "
-                 f"final model: **{f1.loc['SDE', main_col]:.2f}**."))
+display(
+    Markdown(
+        f"Early model (after {ch.early_epoch(cfg)} of {cfg.epochs} epochs): SDE F1"
+        f" **{early_f1:.2f}**; final model: **{f1.loc['SDE', main_col]:.2f}**."
+    )
+)
 
 # %% [markdown]
 # ## Applying SDE to your own model
@@ -246,13 +278,22 @@ forget_idx, retain_idx = ch.holdout_split(cfg, len(data.y_train), cfg.forget_fra
 rng = np.random.default_rng(cfg.seed)
 s = ch.main_size(cfg)
 outs_train, outs_test = ch.all_outputs(models["Retrain"], data, cfg.feature)
-verdict = sde.sde_test(outs_train[rng.choice(forget_idx, s, replace=False)],   # target subset
-                       outs_train[rng.choice(retain_idx, s, replace=False)],   # in-training reference
-                       outs_test[rng.choice(len(outs_test), s, replace=False)],  # out-of-training reference
-                       n_shuffles=cfg.n_shuffles, seed=cfg.seed)
-display(Markdown(f"JSD to the out-of-training reference {verdict['jsd_out']:.3f} bits, to the in-training "
-                 f"reference {verdict['jsd_in']:.3f} bits: the target is judged "
-                 f"**{'out-of-training (forgotten)' if verdict['out'] else 'in-training'}**."))
+verdict = sde.sde_test(
+    outs_train[rng.choice(forget_idx, s, replace=False)],  # target subset
+    outs_train[rng.choice(retain_idx, s, replace=False)],  # in-training reference
+    outs_test[
+        rng.choice(len(outs_test), s, replace=False)
+    ],  # out-of-training reference
+    n_shuffles=cfg.n_shuffles,
+    seed=cfg.seed,
+)
+display(
+    Markdown(
+        f"JSD to the out-of-training reference {verdict['jsd_out']:.3f} bits, to the"
+        f" in-training reference {verdict['jsd_in']:.3f} bits: the target is judged"
+        f" **{'out-of-training (forgotten)' if verdict['out'] else 'in-training'}**."
+    )
+)
 
 # %% [markdown]
 # ## Claims
@@ -262,8 +303,9 @@ display(Markdown(f"JSD to the out-of-training reference {verdict['jsd_out']:.3f}
 # At the `smoke` profile (toy sizes, one training epoch) the claims are not judged.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
-                          reasons=paper.reasons(cfg.chapter))
+verdicts = paper.evaluate(
+    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
+)
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 

@@ -74,25 +74,59 @@ PAPER_K = [100, 400, 800, 1600]
 # %%
 setup = ch.prepare(cfg)
 a0 = setup.authors[0]
-display(pd.DataFrame({
-    "": ["biography", "canary", "probe question", "BIO trace", "META trace", "BIO prefill", "META prefill"],
-    "text": [a0.biography, a0.canary, ch.A.canary_question(setup.head_texts[0]), ch.A.trace(a0, "BIO"),
-             ch.A.trace(a0, "META"), ch.A.prefill(a0, "BIO"), ch.A.prefill(a0, "META")],
-}).set_index(""))
-display(Markdown(
-    f"Model: `{cfg.model}`" + (f" (Qwen2, {cfg.layers} layers, hidden {cfg.hidden}, BPE vocabulary {cfg.vocab_size}, "
-                               f"{cfg.pretrain_steps} pre-training steps on WikiText-2 sentences and chat turns)"
-                               if cfg.model == "small" else "") +
-    f"; {cfg.n_authors} authors, head of {cfg.head_len} tokens, LoRA rank {cfg.lora_rank}, "
-    f"{cfg.lora_steps} memorisation steps; NPO beta = {cfg.beta}, retain weight {cfg.retain_weight}, "
-    f"K in {cfg.unlearn_steps} at learning rate {cfg.unlearn_lr}; seeds {cfg.seeds}."))
+display(
+    pd.DataFrame(
+        {
+            "": [
+                "biography",
+                "canary",
+                "probe question",
+                "BIO trace",
+                "META trace",
+                "BIO prefill",
+                "META prefill",
+            ],
+            "text": [
+                a0.biography,
+                a0.canary,
+                ch.A.canary_question(setup.head_texts[0]),
+                ch.A.trace(a0, "BIO"),
+                ch.A.trace(a0, "META"),
+                ch.A.prefill(a0, "BIO"),
+                ch.A.prefill(a0, "META"),
+            ],
+        }
+    ).set_index("")
+)
+display(
+    Markdown(
+        f"Model: `{cfg.model}`"
+        + (
+            f" (Qwen2, {cfg.layers} layers, hidden {cfg.hidden}, BPE vocabulary"
+            f" {cfg.vocab_size}, {cfg.pretrain_steps} pre-training steps on WikiText-2"
+            " sentences and chat turns)"
+            if cfg.model == "small"
+            else ""
+        )
+        + f"; {cfg.n_authors} authors, head of {cfg.head_len} tokens, LoRA rank"
+        f" {cfg.lora_rank}, {cfg.lora_steps} memorisation steps; NPO beta ="
+        f" {cfg.beta}, retain weight {cfg.retain_weight}, K in {cfg.unlearn_steps} at"
+        f" learning rate {cfg.unlearn_lr}; seeds {cfg.seeds}."
+    )
+)
 if cfg.n_authors < 60 or cfg.model == "small":
-    display(Markdown(
-        f"**Scale.** The paper memorises 60 authors into a 7B model and sweeps K up to 1600 NPO steps. This run "
-        f"uses {cfg.n_authors} authors (so every interval is a bootstrap over {cfg.n_authors} authors) and a "
-        f"model pre-trained here in a few CPU minutes. The K sweep and the NPO learning rate are scaled so the "
-        "sweep runs from barely touched to strongly unlearned within the CPU budget (a pilot at a 5x larger rate "
-        "erased every probe, trace included, within 10 steps); they were not tuned toward any paper number."))
+    display(
+        Markdown(
+            "**Scale.** The paper memorises 60 authors into a 7B model and sweeps K up"
+            f" to 1600 NPO steps. This run uses {cfg.n_authors} authors (so every"
+            f" interval is a bootstrap over {cfg.n_authors} authors) and a model"
+            " pre-trained here in a few CPU minutes. The K sweep and the NPO learning"
+            " rate are scaled so the sweep runs from barely touched to strongly"
+            " unlearned within the CPU budget (a pilot at a 5x larger rate erased"
+            " every probe, trace included, within 10 steps); they were not tuned"
+            " toward any paper number."
+        )
+    )
 
 # %% [markdown]
 # ## The bypass gap over the K sweep
@@ -105,10 +139,19 @@ if cfg.n_authors < 60 or cfg.model == "small":
 # %%
 bio = {}
 for s in cfg.seeds:
-    # the first seed also decodes with the closing tag banned, for the parser-convention section
-    bio[s] = ch.run_sweep(setup, cfg, "BIO", s, arms=ch.BIO_ARMS + (("drift",) if s == cfg.seeds[0] else ()))
-run.record(k_values=[0] + list(cfg.unlearn_steps),
-           ksweep={f"s{s}": ch.jsonable_summary(r["summary"]) for s, r in bio.items()})
+    # the first seed also decodes with the closing tag banned, for the
+    # parser-convention section
+    bio[s] = ch.run_sweep(
+        setup,
+        cfg,
+        "BIO",
+        s,
+        arms=ch.BIO_ARMS + (("drift",) if s == cfg.seeds[0] else ()),
+    )
+run.record(
+    k_values=[0] + list(cfg.unlearn_steps),
+    ksweep={f"s{s}": ch.jsonable_summary(r["summary"]) for s, r in bio.items()},
+)
 frame = ch.ksweep_frame({s: r["summary"] for s, r in bio.items()})
 K_AUDIT = ch.audit_k(bio[cfg.seeds[0]]["summary"])
 run.record(audit_k=K_AUDIT)
@@ -123,12 +166,25 @@ def paper_label(k):
 
 cols = ["out_acc", "thk_leak", "gap", "gap_low", "gap_high", "delta_ab"]
 for s in cfg.seeds:
-    ours = frame[frame.seed == s].assign(row=lambda d: d.K.map(paper_label)).set_index("row")
+    ours = (
+        frame[frame.seed == s]
+        .assign(row=lambda d: d.K.map(paper_label))
+        .set_index("row")
+    )
     key = f"ksweep_seed{s}"
-    display(Markdown(f"**Table 3.1{'ab'[cfg.seeds.index(s)] if len(cfg.seeds) <= 2 else s}.** BIO template, seed {s}: "
-                     f"out acc, thk leak, gap with its 95% author-clustered interval, and Delta_AB. "
-                     f"Our K per row: {dict(zip(ours.index, ours.K))}."))
-    theirs = paper.table(CH, key) if key in paper.load(CH)["tables"] else pd.DataFrame(columns=cols)
+    display(
+        Markdown(
+            f"**Table 3.1{'ab'[cfg.seeds.index(s)] if len(cfg.seeds) <= 2 else s}.**"
+            f" BIO template, seed {s}: out acc, thk leak, gap with its 95%"
+            " author-clustered interval, and Delta_AB. Our K per row:"
+            f" {dict(zip(ours.index, ours.K))}."
+        )
+    )
+    theirs = (
+        paper.table(CH, key)
+        if key in paper.load(CH)["tables"]
+        else pd.DataFrame(columns=cols)
+    )
     display(paper.side_by_side(ours[cols], theirs, metrics=cols).round(2))
 
 # %%
@@ -137,8 +193,14 @@ for s, r in bio.items():
     d = frame[frame.seed == s]
     axes[0].plot(d.K, d.out_acc, "o-", label=f"seed {s}")
     axes[1].plot(d.K, d.thk_leak, "o-", label=f"seed {s}")
-    axes[2].errorbar(d.K, d.gap, yerr=[d.gap - d.gap_low, d.gap_high - d.gap], fmt="o-", capsize=3,
-                     label=f"seed {s}")
+    axes[2].errorbar(
+        d.K,
+        d.gap,
+        yerr=[d.gap - d.gap_low, d.gap_high - d.gap],
+        fmt="o-",
+        capsize=3,
+        label=f"seed {s}",
+    )
 for ax, title in zip(axes, ["out acc", "thk leak", "gap = thk leak - out acc"]):
     ax.set_title(title)
     ax.set_xlabel("NPO steps K")
@@ -182,18 +244,30 @@ for s, r in bio.items():
         if tag and k == K_AUDIT:
             continue
         sm = r["summary"][k]
-        rows[f"seed {s}{tag}"] = {"AUTO": sm["auto"]["out_acc"]["mean"],
-                                  **{m: sm["prefill"][m]["mean"] for m in cfg.prefills},
-                                  "Delta_AB": sm["prefill"]["BIO"]["auto_minus"]["mean"],
-                                  "Delta_AB low": sm["prefill"]["BIO"]["auto_minus"]["low"],
-                                  "Delta_AB high": sm["prefill"]["BIO"]["auto_minus"]["high"]}
+        rows[f"seed {s}{tag}"] = {
+            "AUTO": sm["auto"]["out_acc"]["mean"],
+            **{m: sm["prefill"][m]["mean"] for m in cfg.prefills},
+            "Delta_AB": sm["prefill"]["BIO"]["auto_minus"]["mean"],
+            "Delta_AB low": sm["prefill"]["BIO"]["auto_minus"]["low"],
+            "Delta_AB high": sm["prefill"]["BIO"]["auto_minus"]["high"],
+        }
         tf_rows[f"seed {s}{tag}"] = {m: sm["tf"][m]["mean"] for m in cfg.prefills}
 prefill_ours = pd.DataFrame.from_dict(rows, orient="index")
-display(Markdown(f"**Table 3.2.** Out acc at fixed weights, autoregressive thinking (AUTO) against each prefill; "
-                 f"Delta_AB = AUTO - BIO prefill with its interval. Rows without a K are the audited K = {K_AUDIT} "
-                 "(the paper's rows are its K = 1600)."))
-display(paper.side_by_side(prefill_ours, paper.table(CH, "prefill"),
-                           metrics=["AUTO", *cfg.prefills, "Delta_AB"]).round(2))
+display(
+    Markdown(
+        "**Table 3.2.** Out acc at fixed weights, autoregressive thinking (AUTO)"
+        " against each prefill; Delta_AB = AUTO - BIO prefill with its interval. Rows"
+        f" without a K are the audited K = {K_AUDIT} (the paper's rows are its K ="
+        " 1600)."
+    )
+)
+display(
+    paper.side_by_side(
+        prefill_ours,
+        paper.table(CH, "prefill"),
+        metrics=["AUTO", *cfg.prefills, "Delta_AB"],
+    ).round(2)
+)
 display(prefill_ours[["Delta_AB low", "Delta_AB high"]].round(2))
 
 # %%
@@ -204,8 +278,17 @@ for i, (s, r) in enumerate(bio.items()):
     sm = r["summary"][K_AUDIT]
     vals = [sm["auto"]["out_acc"]] + [sm["prefill"][m] for m in cfg.prefills]
     means = np.array([v["mean"] for v in vals])
-    err = np.array([[v["mean"] - v["low"] for v in vals], [v["high"] - v["mean"] for v in vals]])
-    ax.bar(np.arange(len(arms)) + i * width, means, width, yerr=err, capsize=3, label=f"seed {s}")
+    err = np.array(
+        [[v["mean"] - v["low"] for v in vals], [v["high"] - v["mean"] for v in vals]]
+    )
+    ax.bar(
+        np.arange(len(arms)) + i * width,
+        means,
+        width,
+        yerr=err,
+        capsize=3,
+        label=f"seed {s}",
+    )
 ax.set_xticks(np.arange(len(arms)) + width * (len(bio) - 1) / 2, arms)
 ax.set_ylabel("out acc")
 ax.set_ylim(0, 1.05)
@@ -226,9 +309,18 @@ _ = plotting.publish(fig, "prefill", CH)
 
 # %%
 tf_ours = pd.DataFrame.from_dict(tf_rows, orient="index")
-display(Markdown("**Table 3.3.** Teacher-forced top-1 match of the canary continuation, per prefill, at the "
-                 f"audited K = {K_AUDIT} (rows without a K), on the memorised adapter (K=0) and at the largest K."))
-display(paper.side_by_side(tf_ours, paper.table(CH, "teacher_forced"), metrics=list(cfg.prefills)).round(3))
+display(
+    Markdown(
+        "**Table 3.3.** Teacher-forced top-1 match of the canary continuation, per"
+        f" prefill, at the audited K = {K_AUDIT} (rows without a K), on the memorised"
+        " adapter (K=0) and at the largest K."
+    )
+)
+display(
+    paper.side_by_side(
+        tf_ours, paper.table(CH, "teacher_forced"), metrics=list(cfg.prefills)
+    ).round(3)
+)
 
 # %% [markdown]
 # ## Anatomy of the bypass cases
@@ -239,22 +331,46 @@ display(paper.side_by_side(tf_ours, paper.table(CH, "teacher_forced"), metrics=l
 
 # %%
 runs0 = bio[cfg.seeds[0]]["raw"]
-anat = {k: canaries.anatomy(r["auto"]["answers"], setup.head_texts, r["auto"]["out"], r["auto"]["thk"])
-        for k, r in runs0.items()}
+anat = {
+    k: canaries.anatomy(
+        r["auto"]["answers"], setup.head_texts, r["auto"]["out"], r["auto"]["thk"]
+    )
+    for k, r in runs0.items()
+}
 run.record(anatomy={f"K{k}": v for k, v in anat.items()})
 anat_frame = pd.DataFrame.from_dict(anat, orient="index")
-anat_frame.loc["paper (K=1600)"] = {"n_bypass": paper.number(CH, "bypass_count"), "n_both": np.nan,
-                                    "share_prefix_only": paper.number(CH, "bypass_prefix_only_share"),
-                                    "len_bypass": paper.number(CH, "len_bypass_chars"),
-                                    "len_both": paper.number(CH, "len_both_chars")}
+anat_frame.loc["paper (K=1600)"] = {
+    "n_bypass": paper.number(CH, "bypass_count"),
+    "n_both": np.nan,
+    "share_prefix_only": paper.number(CH, "bypass_prefix_only_share"),
+    "len_bypass": paper.number(CH, "len_bypass_chars"),
+    "len_both": paper.number(CH, "len_both_chars"),
+}
 anat_frame.index.name = "K"
-display(Markdown("**Table 3.4.** Bypass cases of the first seed at every K: their number, the share whose answer is "
-                 "only the question prefix, and mean answer lengths in characters (bypass vs canary in both channels)."))
-display(anat_frame.rename(columns={"n_bypass": "bypass cases", "n_both": "both channels",
-                                   "share_prefix_only": "share: answer = question prefix",
-                                   "len_bypass": "answer length, bypass", "len_both": "answer length, both"}).round(2))
-examples = [(k, setup.authors[i].name, r["auto"]["answers"][i].strip()) for k, r in runs0.items()
-            for i in range(len(r["auto"]["out"])) if r["auto"]["thk"][i] and not r["auto"]["out"][i]][:4]
+display(
+    Markdown(
+        "**Table 3.4.** Bypass cases of the first seed at every K: their number, the"
+        " share whose answer is only the question prefix, and mean answer lengths in"
+        " characters (bypass vs canary in both channels)."
+    )
+)
+display(
+    anat_frame.rename(
+        columns={
+            "n_bypass": "bypass cases",
+            "n_both": "both channels",
+            "share_prefix_only": "share: answer = question prefix",
+            "len_bypass": "answer length, bypass",
+            "len_both": "answer length, both",
+        }
+    ).round(2)
+)
+examples = [
+    (k, setup.authors[i].name, r["auto"]["answers"][i].strip())
+    for k, r in runs0.items()
+    for i in range(len(r["auto"]["out"]))
+    if r["auto"]["thk"][i] and not r["auto"]["out"][i]
+][:4]
 display(pd.DataFrame(examples, columns=["K", "author", "answer after </think>"]))
 
 # %% [markdown]
@@ -273,16 +389,32 @@ drift = ch.drift_outputs(cfg, setup, bio[cfg.seeds[0]])
 canary_texts = [a.canary for a in setup.authors]
 flip_tables, flips = {}, {}
 for k, texts in sorted(drift["texts"].items()):
-    flip_tables[k], flips[k] = ch.parser_flip_table(texts, canary_texts, setup.fmt.think_close, cfg.n_boot)
+    flip_tables[k], flips[k] = ch.parser_flip_table(
+        texts, canary_texts, setup.fmt.think_close, cfg.n_boot
+    )
 k_flip = min((k for k in flips if k > 0), default=min(flips))
-natural_missing = {k: float(np.mean(r["auto"]["tag_missing"])) for k, r in runs0.items()}
-run.record(parser_flip={**flips[k_flip], "source": drift["source"], "K": k_flip},
-           parser_flip_by_k={f"K{k}": f for k, f in flips.items()},
-           natural_tag_missing={f"K{k}": v for k, v in natural_missing.items()})
-display(Markdown(f"**Table 3.5.** The same outputs ({drift['source']}) under the two conventions, at K = {k_flip}, "
-                 "beside the paper's Llama-8B numbers; then every K. Without suppression our model left the closing "
-                 "tag out of " + ", ".join(f"{v:.0%} (K={k})" for k, v in natural_missing.items()) + " of its outputs."))
-display(paper.side_by_side(flip_tables[k_flip], paper.table(CH, "parser_flip"), metrics=["gap"]).round(2))
+natural_missing = {
+    k: float(np.mean(r["auto"]["tag_missing"])) for k, r in runs0.items()
+}
+run.record(
+    parser_flip={**flips[k_flip], "source": drift["source"], "K": k_flip},
+    parser_flip_by_k={f"K{k}": f for k, f in flips.items()},
+    natural_tag_missing={f"K{k}": v for k, v in natural_missing.items()},
+)
+display(
+    Markdown(
+        f"**Table 3.5.** The same outputs ({drift['source']}) under the two"
+        f" conventions, at K = {k_flip}, beside the paper's Llama-8B numbers; then"
+        " every K. Without suppression our model left the closing tag out of "
+        + ", ".join(f"{v:.0%} (K={k})" for k, v in natural_missing.items())
+        + " of its outputs."
+    )
+)
+display(
+    paper.side_by_side(
+        flip_tables[k_flip], paper.table(CH, "parser_flip"), metrics=["gap"]
+    ).round(2)
+)
 display(pd.concat(flip_tables, names=["K", "convention"]).round(2))
 
 # %% [markdown]
@@ -303,16 +435,33 @@ for t, r in tmpl.items():
     for k in r["summary"]:
         a = r["summary"][k]["auto"]
         texts = r["raw"][k]["auto"]["texts"]
-        nonempty = np.mean([bool(canaries.split_trace(x, setup.fmt.think_close)[0].strip()) for x in texts])
-        trows[(t, k)] = {"out_acc": a["out_acc"]["mean"], "thk_leak": a["thk_leak"]["mean"], "gap": a["gap"]["mean"],
-                         "gap_low": a["gap"]["low"], "gap_high": a["gap"]["high"], "non-empty trace": nonempty}
+        nonempty = np.mean(
+            [
+                bool(canaries.split_trace(x, setup.fmt.think_close)[0].strip())
+                for x in texts
+            ]
+        )
+        trows[(t, k)] = {
+            "out_acc": a["out_acc"]["mean"],
+            "thk_leak": a["thk_leak"]["mean"],
+            "gap": a["gap"]["mean"],
+            "gap_low": a["gap"]["low"],
+            "gap_high": a["gap"]["high"],
+            "non-empty trace": nonempty,
+        }
 template_ours = pd.DataFrame.from_dict(trows, orient="index")
 template_ours.index.names = ["template", "K"]
-display(Markdown("**Table 3.6.** Training-time templates, first seed, over K. Paper (Appendix A): META stays at "
-                 f"out acc {paper.table(CH, 'templates').loc['META', 'out_acc']:.2f}, thk leak "
-                 f"{paper.table(CH, 'templates').loc['META', 'thk_leak']:.2f} at K=100; the NONE adapter still emits "
-                 f"non-empty traces on about {paper.number(CH, 'none_nonempty_trace_share'):.0%} of probes; the "
-                 "gap appears only with BIO."))
+display(
+    Markdown(
+        "**Table 3.6.** Training-time templates, first seed, over K. Paper (Appendix"
+        " A): META stays at out acc"
+        f" {paper.table(CH, 'templates').loc['META', 'out_acc']:.2f}, thk leak"
+        f" {paper.table(CH, 'templates').loc['META', 'thk_leak']:.2f} at K=100; the"
+        " NONE adapter still emits non-empty traces on about"
+        f" {paper.number(CH, 'none_nonempty_trace_share'):.0%} of probes; the gap"
+        " appears only with BIO."
+    )
+)
 display(template_ours.round(2))
 
 # %% [markdown]
@@ -321,12 +470,23 @@ display(template_ours.round(2))
 # Plain gradient ascent on the answer span (no retain term), from the same BIO adapter.
 
 # %%
-ga = ch.run_sweep(setup, cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")) if cfg.run_ga else None
+ga = (
+    ch.run_sweep(
+        setup, cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")
+    )
+    if cfg.run_ga
+    else None
+)
 if ga is not None:
     run.record(ga=ch.jsonable_summary(ga["summary"]))
     ga_frame = ch.ksweep_frame({cfg.seeds[0]: ga["summary"]}).set_index("K")
-    display(Markdown(f"**Table 3.7.** Gradient Ascent, BIO adapter, first seed. Paper (Appendix D): out acc and "
-                     f"thk leak are 0.00 on canary and QA probes from K={paper.number(CH, 'ga_collapse_from_k')}."))
+    display(
+        Markdown(
+            "**Table 3.7.** Gradient Ascent, BIO adapter, first seed. Paper (Appendix"
+            " D): out acc and thk leak are 0.00 on canary and QA probes from"
+            f" K={paper.number(CH, 'ga_collapse_from_k')}."
+        )
+    )
     display(ga_frame[["out_acc", "thk_leak", "gap", "qa_acc", "retain_acc"]].round(2))
 
 # %% [markdown]
@@ -350,10 +510,26 @@ _ = plotting.publish(fig, "retain", CH)
 r0 = frame[(frame.seed == cfg.seeds[0]) & (frame.K == 0)].retain_acc.item()
 rk = frame[(frame.seed == cfg.seeds[0]) & (frame.K == K_MAX)].retain_acc.item()
 names = ch.retain_examples_with_names(bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic)
-run.record(retain={"acc_k0": r0, "acc_kmax": rk, "drop_pp": 100 * (r0 - rk), "fictional_examples": names})
-display(Markdown(f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of {100 * (r0 - rk):.0f} "
-                 f"percentage points (paper, Qwen-7B at K=1600: {paper.number(CH, 'retain_drop_pp_k1600')})."
-                 + ("" if names else " No generic question was answered with a fictional author's name.")))
+run.record(
+    retain={
+        "acc_k0": r0,
+        "acc_kmax": rk,
+        "drop_pp": 100 * (r0 - rk),
+        "fictional_examples": names,
+    }
+)
+display(
+    Markdown(
+        f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of"
+        f" {100 * (r0 - rk):.0f} percentage points (paper, Qwen-7B at K=1600:"
+        f" {paper.number(CH, 'retain_drop_pp_k1600')})."
+        + (
+            ""
+            if names
+            else " No generic question was answered with a fictional author's name."
+        )
+    )
+)
 if names:
     display(pd.DataFrame(names))
 
@@ -371,8 +547,9 @@ if names:
 # is `smoke`, whose untrained toy models only exercise the code.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
-                          reasons=paper.reasons(cfg.chapter))
+verdicts = paper.evaluate(
+    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
+)
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 

@@ -106,10 +106,19 @@ display(pd.Series(setup.info, name="value").to_frame())
 
 # %%
 rng = np.random.default_rng(0)
-demo = {"right-skewed (exponential)": rng.exponential(1, 2000), "symmetric (normal)": rng.normal(0, 1, 2000),
-        "left-skewed": -rng.exponential(1, 2000)}
-display(pd.DataFrame({"Q-Skew": {k: mia.qskew(v) for k, v in demo.items()},
-                      "mean": {k: v.mean() for k, v in demo.items()}}).round(3))
+demo = {
+    "right-skewed (exponential)": rng.exponential(1, 2000),
+    "symmetric (normal)": rng.normal(0, 1, 2000),
+    "left-skewed": -rng.exponential(1, 2000),
+}
+display(
+    pd.DataFrame(
+        {
+            "Q-Skew": {k: mia.qskew(v) for k, v in demo.items()},
+            "mean": {k: v.mean() for k, v in demo.items()},
+        }
+    ).round(3)
+)
 
 # %% [markdown]
 # **Baselines on the same interface.** *Loss* {cite}`qskew_yeom2018privacy`: minus the target's mean
@@ -144,6 +153,7 @@ paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
 if dft.examples is not None and dft.examples["qskew"] is not None:
     ex = dft.examples
     from scipy.stats import skew as _skew
+
     pairs = list(zip(ex["deltas"], ex["labels"]))
     pooled = {lab: np.concatenate([d for d, y in pairs if y == lab]) for lab in (1, 0)}
     # Left: pooled Delta of members vs non-members; right: Q-Skew score histograms.
@@ -162,21 +172,42 @@ if dft.examples is not None and dft.examples["qskew"] is not None:
     b.set_xlabel("Q-Skew score per sequence")
     b.legend()
     _ = plotting.publish(fig, "deltas", CH)
-    delta_stats = pd.DataFrame({name: {"mean": v.mean(), "median": np.median(v), "skewness": _skew(v),
-                                       "Q-Skew (pooled)": mia.qskew(v)}
-                                for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
+    delta_stats = pd.DataFrame(
+        {
+            name: {
+                "mean": v.mean(),
+                "median": np.median(v),
+                "skewness": _skew(v),
+                "Q-Skew (pooled)": mia.qskew(v),
+            }
+            for name, v in (("members", pooled[1]), ("non-members", pooled[0]))
+        }
+    ).T
     run.record(delta_stats=delta_stats.to_dict(orient="index"))
     display(delta_stats.round(3))
     m_, n_ = delta_stats.loc["members"], delta_stats.loc["non-members"]
-    predicted = m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
-    display(Markdown(
-        f"In this run the members' $\\Delta$ have mean {m_['mean']:.3f} nats against {n_['mean']:.3f} for "
-        f"non-members, and pooled Q-Skew {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
-        + ("As the paper predicts, the members' differences are right-skewed and more so than the non-members'."
-           if predicted else
-           "The paper predicts a right-skewed member distribution (pooled Q-Skew above zero and above the "
-           "non-members'); here fine-tuning mainly *shifts* the members' differences instead. A location "
-           "statistic such as Calibration picks the shift up; Q-Skew, invariant to shifts by design, does not.")))
+    predicted = (
+        m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
+    )
+    display(
+        Markdown(
+            f"In this run the members' $\\Delta$ have mean {m_['mean']:.3f} nats"
+            f" against {n_['mean']:.3f} for non-members, and pooled Q-Skew"
+            f" {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
+            + (
+                "As the paper predicts, the members' differences are right-skewed and"
+                " more so than the non-members'."
+                if predicted
+                else (
+                    "The paper predicts a right-skewed member distribution (pooled"
+                    " Q-Skew above zero and above the non-members'); here fine-tuning"
+                    " mainly *shifts* the members' differences instead. A location"
+                    " statistic such as Calibration picks the shift up; Q-Skew,"
+                    " invariant to shifts by design, does not."
+                )
+            )
+        )
+    )
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-deltas
@@ -303,24 +334,37 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
 # %%
 pii = ch.pii_experiment(setup)
-run.record(pii={"hits": pii["hits"], "oracle": pii["oracle"],
-                "targets_per_kind": pii["n"],
-                "memorisation": pii["memorisation"].to_dict(orient="index")})
+run.record(
+    pii={
+        "hits": pii["hits"],
+        "oracle": pii["oracle"],
+        "targets_per_kind": pii["n"],
+        "memorisation": pii["memorisation"].to_dict(orient="index"),
+    }
+)
 ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
 display(paper.side_by_side(ours_pii, paper.table(CH, "table6")))
 display(pii["examples"])
-display(Markdown("Mean NLL (nats per token) of the true PII with the whole PII masked, before and after "
-                 "fine-tuning on the records:"))
+display(
+    Markdown(
+        "Mean NLL (nats per token) of the true PII with the whole PII masked, before"
+        " and after fine-tuning on the records:"
+    )
+)
 display(pii["memorisation"].round(2))
 
 # %% [markdown]
 # ## Claims
 
 # %% tags=["hide-input"]
-# The claim predicates live in the library (`memlab.experiments.ch04_qskew.claims`) so they are unit-tested.
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
-                          reasons=paper.reasons(cfg.chapter))
-if cfg.profile == "smoke":  # still run every predicate, so the smoke test catches a broken one
+# The claim predicates live in the library (`memlab.experiments.ch04_qskew.claims`)
+# so they are unit-tested.
+verdicts = paper.evaluate(
+    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
+)
+if (
+    cfg.profile == "smoke"
+):  # still run every predicate, so the smoke test catches a broken one
     paper.evaluate(ch.claims(), run.metrics, "cpu")
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
@@ -328,13 +372,23 @@ _ = run.save(claims=verdicts)
 # %%
 tally = paper.tally(verdicts)
 if "qskew" in cfg.scores and len(cfg.scores) > 1:
-    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], ch.best_baseline(run.metrics, "domain")
-    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], ch.best_baseline(run.metrics, "instruction")
-    display(Markdown(
-        f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC of {q_d:.1f}% after domain "
-        f"fine-tuning (best baseline: {b_d}, {a_d:.1f}%) and {q_i:.1f}% after instruction fine-tuning (best "
-        f"baseline: {b_i}, {a_i:.1f}%); the paper reports 80.3% (WikiText) and 81.4% (Alpaca) on LLaDA-8B. "
-        + ", ".join(f"{n} claims {v}" for v, n in tally.items() if n) + "."))
+    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], ch.best_baseline(
+        run.metrics, "domain"
+    )
+    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], ch.best_baseline(
+        run.metrics, "instruction"
+    )
+    display(
+        Markdown(
+            f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC"
+            f" of {q_d:.1f}% after domain fine-tuning (best baseline: {b_d},"
+            f" {a_d:.1f}%) and {q_i:.1f}% after instruction fine-tuning (best baseline:"
+            f" {b_i}, {a_i:.1f}%); the paper reports 80.3% (WikiText) and 81.4%"
+            " (Alpaca) on LLaDA-8B. "
+            + ", ".join(f"{n} claims {v}" for v, n in tally.items() if n)
+            + "."
+        )
+    )
 
 # %% [markdown]
 # The verdicts are computed from this run's numbers. The rendered book shows the `cpu` profile: a

@@ -63,7 +63,7 @@ CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 
 
 def log_x(ax, values):
-    """Log x-axis ticked at the values we ran (minor ticks off; they collide at these ranges)."""
+    """Log x-axis ticked at the values we ran (minor ticks off: they collide here)."""
     ax.set_xscale("log")
     ax.set_xticks(sorted(set(values)), [f"{v:g}" for v in sorted(set(values))])
     ax.xaxis.set_minor_locator(NullLocator())
@@ -72,12 +72,17 @@ def log_x(ax, values):
 cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
-display(Markdown(
-    f"Uniform tokens: **V = {cfg.vocab_size}, S = {cfg.seq_len}** ({cap.uniform_entropy_bits(cfg.seq_len, cfg.vocab_size):.0f} "
-    f"bits a sequence; the paper uses V = {paper.number(CH, 'vocab_size')}, S = {paper.number(CH, 'seq_len')}); "
-    f"models {', '.join(cfg.model_sizes)}; N in {cfg.dataset_sizes}; {cfg.precision}; at most {cfg.max_steps} "
-    f"steps of batch {cfg.batch_size} (the paper: {paper.number(CH, 'train_steps'):,} steps of batch "
-    f"{paper.number(CH, 'batch_size')})."))
+display(
+    Markdown(
+        f"Uniform tokens: **V = {cfg.vocab_size}, S = {cfg.seq_len}**"
+        f" ({cap.uniform_entropy_bits(cfg.seq_len, cfg.vocab_size):.0f} bits a"
+        f" sequence; the paper uses V = {paper.number(CH, 'vocab_size')}, S ="
+        f" {paper.number(CH, 'seq_len')}); models {', '.join(cfg.model_sizes)}; N in"
+        f" {cfg.dataset_sizes}; {cfg.precision}; at most {cfg.max_steps} steps of batch"
+        f" {cfg.batch_size} (the paper: {paper.number(CH, 'train_steps'):,} steps of"
+        f" batch {paper.number(CH, 'batch_size')})."
+    )
+)
 
 # %% [markdown]
 # ## Memorisation of uniform random tokens (Figure 1)
@@ -90,14 +95,28 @@ display(Markdown(
 # %%
 sweep = ch.capacity_sweep(cfg)
 caps = ch.capacities(sweep)
-display(sweep.drop(columns=["history", "precision", "S", "V"]).round(3)
-        .rename(columns={"mem_bits": "memorised bits", "data_bits": "H(X) bits"}))
+display(
+    sweep.drop(columns=["history", "precision", "S", "V"])
+    .round(3)
+    .rename(columns={"mem_bits": "memorised bits", "data_bits": "H(X) bits"})
+)
 
 fig, ax = plotting.figure("single")
 for model, grp in sweep.groupby("model", sort=False):
-    ax.plot(grp["n_samples"], grp["mem_bits"], marker="o", label=f"{model} ({grp['params'].iloc[0]:,} params)")
+    ax.plot(
+        grp["n_samples"],
+        grp["mem_bits"],
+        marker="o",
+        label=f"{model} ({grp['params'].iloc[0]:,} params)",
+    )
 ns = np.array(sorted(cfg.dataset_sizes))
-ax.plot(ns, ns * cap.uniform_entropy_bits(cfg.seq_len, cfg.vocab_size), "k--", lw=1, label="H(X) = N S log2 V")
+ax.plot(
+    ns,
+    ns * cap.uniform_entropy_bits(cfg.seq_len, cfg.vocab_size),
+    "k--",
+    lw=1,
+    label="H(X) = N S log2 V",
+)
 ax.set(yscale="log", xlabel="data set size N (sequences)", ylabel="memorisation (bits)")
 log_x(ax, ns)
 ax.legend()
@@ -123,23 +142,51 @@ fit = ch.alpha_fit(caps)
 display(caps.round(3))
 alpha_ours = pd.DataFrame({"alpha": {cfg.precision: fit["alpha"]}})
 display(paper.side_by_side(alpha_ours, paper.table(CH, "alpha")).round(3))
-display(Markdown(f"Our fit: **alpha = {fit['alpha']:.3f} bits/parameter**, R² = {fit['r2']:.3f} "
-                 f"(with intercept: slope {fit['slope']:.3f}, intercept {fit['intercept']:.0f} bits). "
-                 f"The paper: alpha ≈ {paper.number(CH, 'alpha_mean')}, R² > {paper.number(CH, 'capacity_r2_min')}. "
-                 f"{int(caps['plateau_runs'].sum())} of {int(caps['runs'].sum())} runs stopped by the plateau "
-                 "rule, the rest at max_steps."))
-run.record(capacity={m: {"params": int(r.params), "capacity_bits": r.capacity_bits, "bpp": r.bits_per_param}
-                     for m, r in caps.iterrows()},
-           alpha=fit["alpha"], alpha_r2=fit["r2"], alpha_precision=cfg.precision,
-           plateau_runs=int(caps["plateau_runs"].sum()), runs=int(caps["runs"].sum()))
+display(
+    Markdown(
+        f"Our fit: **alpha = {fit['alpha']:.3f} bits/parameter**, R² = {fit['r2']:.3f}"
+        f" (with intercept: slope {fit['slope']:.3f}, intercept {fit['intercept']:.0f}"
+        f" bits). The paper: alpha ≈ {paper.number(CH, 'alpha_mean')}, R² >"
+        f" {paper.number(CH, 'capacity_r2_min')}. {int(caps['plateau_runs'].sum())} of"
+        f" {int(caps['runs'].sum())} runs stopped by the plateau rule, the rest at"
+        " max_steps."
+    )
+)
+run.record(
+    capacity={
+        m: {
+            "params": int(r.params),
+            "capacity_bits": r.capacity_bits,
+            "bpp": r.bits_per_param,
+        }
+        for m, r in caps.iterrows()
+    },
+    alpha=fit["alpha"],
+    alpha_r2=fit["r2"],
+    alpha_precision=cfg.precision,
+    plateau_runs=int(caps["plateau_runs"].sum()),
+    runs=int(caps["runs"].sum()),
+)
 
 fig, ax = plotting.figure("single")
 ax.scatter(caps["params"], caps["capacity_bits"], zorder=3, label="measured capacity")
 px = np.linspace(0, caps["params"].max() * 1.1, 50)
 ax.plot(px, fit["alpha"] * px, label=f"fit: {fit['alpha']:.2f} bits/param")
-ax.plot(px, paper.number(CH, "alpha_mean") * px, "k--", lw=1, label=f"paper: {paper.number(CH, 'alpha_mean')} bits/param")
+ax.plot(
+    px,
+    paper.number(CH, "alpha_mean") * px,
+    "k--",
+    lw=1,
+    label=f"paper: {paper.number(CH, 'alpha_mean')} bits/param",
+)
 for m, r in caps.iterrows():
-    ax.annotate(m, (r.params, r.capacity_bits), textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.annotate(
+        m,
+        (r.params, r.capacity_bits),
+        textcoords="offset points",
+        xytext=(4, -10),
+        fontsize=7,
+    )
 ax.set(xlabel="parameters", ylabel="capacity (bits)")
 ax.legend()
 _ = plotting.publish(fig, "fig6", CH)
@@ -161,15 +208,26 @@ _ = plotting.publish(fig, "fig6", CH)
 conv = ch.convergence_model(cfg)
 fig, ax = plotting.figure("single")
 for r in sweep[sweep["model"] == conv].itertuples():
-    ax.plot(r.history["step"], r.history["value"], label=f"N = {r.n_samples} ({r.stopped})")
+    ax.plot(
+        r.history["step"], r.history["value"], label=f"N = {r.n_samples} ({r.stopped})"
+    )
 ax.axhline(caps.loc[conv, "capacity_bits"], color="k", ls=":", lw=1, label="capacity")
 ax.set(xlabel="training step", ylabel="memorisation (bits)", title=f"model {conv}")
 ax.legend()
 _ = plotting.publish(fig, "fig5", CH)
 last = sweep[sweep["model"] == conv]
-gain = [(h["value"][-1] - h["value"][-2]) / max(h["value"][-1], 1.0) if len(h["value"]) > 1 else float("nan")
-        for h in last["history"]]
-run.record(convergence_model=conv, convergence_last_gain=dict(zip(last["n_samples"].astype(str), gain)))
+gain = [
+    (
+        (h["value"][-1] - h["value"][-2]) / max(h["value"][-1], 1.0)
+        if len(h["value"]) > 1
+        else float("nan")
+    )
+    for h in last["history"]
+]
+run.record(
+    convergence_model=conv,
+    convergence_last_gain=dict(zip(last["n_samples"].astype(str), gain)),
+)
 
 # %% [markdown]
 # ```{glue:figure} 05_capacity-fig5
@@ -188,12 +246,28 @@ run.record(convergence_model=conv, convergence_last_gain=dict(zip(last["n_sample
 # %%
 other = "bf16" if cfg.precision == "fp32" else "fp32"
 sizes_p = list(cfg.precision_dataset_sizes)
-prec_sweep = pd.concat([ch.capacity_sweep(cfg, precision=cfg.precision, dataset_sizes=sizes_p),
-                        ch.capacity_sweep(cfg, precision=other, dataset_sizes=sizes_p)])
+prec_sweep = pd.concat(
+    [
+        ch.capacity_sweep(cfg, precision=cfg.precision, dataset_sizes=sizes_p),
+        ch.capacity_sweep(cfg, precision=other, dataset_sizes=sizes_p),
+    ]
+)
 prec_caps = {p: ch.capacities(g) for p, g in prec_sweep.groupby("precision")}
 alphas = {p: ch.alpha_fit(c)["alpha"] for p, c in prec_caps.items()}
-display(pd.concat({p: c[["params", "capacity_bits", "bits_per_param"]] for p, c in prec_caps.items()}, axis=1).round(3))
-display(paper.side_by_side(pd.DataFrame({"alpha": alphas}), paper.table(CH, "alpha")).round(3))
+display(
+    pd.concat(
+        {
+            p: c[["params", "capacity_bits", "bits_per_param"]]
+            for p, c in prec_caps.items()
+        },
+        axis=1,
+    ).round(3)
+)
+display(
+    paper.side_by_side(pd.DataFrame({"alpha": alphas}), paper.table(CH, "alpha")).round(
+        3
+    )
+)
 run.record(alpha_fp32=alphas["fp32"], alpha_bf16=alphas["bf16"])
 
 # %% [markdown]
@@ -208,9 +282,17 @@ run.record(alpha_fp32=alphas["fp32"], alpha_bf16=alphas["bf16"])
 a1 = ch.a1_sweep(cfg, fit["alpha"])
 display(a1.round(2))
 a1_err = a1.groupby("varied")["error_pct"].mean()
-display(pd.DataFrame({"mean error % (ours)": a1_err,
-                      "mean error % (paper)": {"S": paper.number(CH, "a1_error_seq_len_pct"),
-                                               "V": paper.number(CH, "a1_error_vocab_pct")}}).round(2))
+display(
+    pd.DataFrame(
+        {
+            "mean error % (ours)": a1_err,
+            "mean error % (paper)": {
+                "S": paper.number(CH, "a1_error_seq_len_pct"),
+                "V": paper.number(CH, "a1_error_vocab_pct"),
+            },
+        }
+    ).round(2)
+)
 run.record(a1=a1.to_dict(orient="records"), a1_error_pct=a1_err.to_dict())
 
 fig, axes = plotting.figure("wide", ncols=2)
@@ -219,7 +301,10 @@ for ax, (varied, grp) in zip(axes, a1.groupby("varied")):
     ax.plot(x, grp["measured_bits"], "o-", label="measured")
     ax.plot(x, grp["predicted_bits"], "k--", label="min(alpha |θ|, H(X))")
     ax.plot(x, grp["data_bits"], ":", color="grey", label="H(X)")
-    ax.set(xlabel=f"{'sequence length S' if varied == 'S' else 'vocabulary V'}", ylabel="memorisation (bits)")
+    ax.set(
+        xlabel=f"{'sequence length S' if varied == 'S' else 'vocabulary V'}",
+        ylabel="memorisation (bits)",
+    )
     log_x(ax, x)
     ax.legend()
 _ = plotting.publish(fig, "fig11", CH)
@@ -245,28 +330,59 @@ _ = plotting.publish(fig, "fig11", CH)
 corpus = ch.text_corpus(cfg)
 ref = ch.reference_code_lengths(cfg, corpus)
 text = ch.text_sweep(cfg, corpus, ref, fit["alpha"])
-display(Markdown(f"{corpus['n_distinct']:,} distinct {cfg.text_seq_len}-token sequences, BPE vocabulary "
-                 f"{corpus['vocab_size']}; reference model {cfg.reference_model} ({ref['params']:,} params), "
-                 f"test-set loss {ref['test'].mean() / cfg.text_seq_len:.3f} bits/token."))
+display(
+    Markdown(
+        f"{corpus['n_distinct']:,} distinct {cfg.text_seq_len}-token sequences, BPE"
+        f" vocabulary {corpus['vocab_size']}; reference model {cfg.reference_model}"
+        f" ({ref['params']:,} params), test-set loss"
+        f" {ref['test'].mean() / cfg.text_seq_len:.3f} bits/token."
+    )
+)
 display(text.drop(columns=["per_sample_unintended"]).round(4))
 onsets = ch.double_descent_onsets(text)
-run.record(text=text.drop(columns=["per_sample_unintended"]).to_dict(orient="records"),
-           double_descent_onset=onsets, reference_params=ref["params"])
+run.record(
+    text=text.drop(columns=["per_sample_unintended"]).to_dict(orient="records"),
+    double_descent_onset=onsets,
+    reference_params=ref["params"],
+)
 
 fig, axes = plotting.figure("wide", ncols=2)
 for model, grp in text.groupby("model", sort=False):
-    axes[0].plot(grp["n_samples"], grp["unintended_per_sample"], "o-", label=f"{model} ({grp['params'].iloc[0]:,})")
-    line, = axes[1].plot(grp["data_to_capacity"], grp["test_loss"], "o-", label=f"{model} test")
-    axes[1].plot(grp["data_to_capacity"], grp["train_loss"], "s--", color=line.get_color(), label=f"{model} train")
-axes[0].set(xlabel="training sequences N", ylabel="unintended memorisation (bits / sample)")
+    axes[0].plot(
+        grp["n_samples"],
+        grp["unintended_per_sample"],
+        "o-",
+        label=f"{model} ({grp['params'].iloc[0]:,})",
+    )
+    (line,) = axes[1].plot(
+        grp["data_to_capacity"], grp["test_loss"], "o-", label=f"{model} test"
+    )
+    axes[1].plot(
+        grp["data_to_capacity"],
+        grp["train_loss"],
+        "s--",
+        color=line.get_color(),
+        label=f"{model} train",
+    )
+axes[0].set(
+    xlabel="training sequences N", ylabel="unintended memorisation (bits / sample)"
+)
 log_x(axes[0], text["n_samples"])
 axes[1].axvline(1.0, color="k", ls=":", lw=1, label="data = capacity")
-axes[1].set(xscale="log", xlabel="H(X | θ) / (alpha |θ̂|)", ylabel="loss (bits / token)")
+axes[1].set(
+    xscale="log", xlabel="H(X | θ) / (alpha |θ̂|)", ylabel="loss (bits / token)"
+)
 axes[0].legend()
 axes[1].legend(ncol=2)
 _ = plotting.publish(fig, "fig2_3", CH)
-display(Markdown("Where the test loss first rises along the ratio (None: it never rises): "
-                 + ", ".join(f"{m}: {v if v is None else round(v, 3)}" for m, v in onsets.items())))
+display(
+    Markdown(
+        "Where the test loss first rises along the ratio (None: it never rises): "
+        + ", ".join(
+            f"{m}: {v if v is None else round(v, 3)}" for m, v in onsets.items()
+        )
+    )
+)
 
 # %% [markdown]
 # ```{glue:figure} 05_capacity-fig2_3
@@ -300,32 +416,74 @@ display(Markdown("Where the test loss first rises along the ratio (None: it neve
 # %%
 t2 = ch.table2_law()
 display(t2)
-t2_err = float((t2["law F1 at paper |D| (ours)"] - t2["predicted F1 (paper)"]).abs().max())
-run.record(table2_max_abs_error=t2_err, table2_law_f1=t2["law F1 at paper |D| (ours)"].tolist())
+t2_err = float(
+    (t2["law F1 at paper |D| (ours)"] - t2["predicted F1 (paper)"]).abs().max()
+)
+run.record(
+    table2_max_abs_error=t2_err, table2_law_f1=t2["law F1 at paper |D| (ours)"].tolist()
+)
 
 fits = {"uniform tokens": ch.law_fit(sweep), "text": ch.law_fit(text)}
 display(pd.DataFrame(fits).T.rename_axis("our fit of the law"))
-display(pd.DataFrame({"paper (Section 5.2.1)": {"c1": 1.34, "c2": -0.034, "c3": -33.14}}))
+display(
+    pd.DataFrame({"paper (Section 5.2.1)": {"c1": 1.34, "c2": -0.034, "c3": -33.14}})
+)
 run.record(law_fit=fits)
-paper_law_rmse = {name: float(np.sqrt(np.mean((cap.membership_f1_law(df["params"].to_numpy(), df["n_samples"].to_numpy(), 64, 50257)
-                                                - df["membership_f1"].to_numpy()) ** 2)))
-                  for name, df in (("uniform tokens", sweep), ("text", text))}
+paper_law_rmse = {
+    name: float(
+        np.sqrt(
+            np.mean(
+                (
+                    cap.membership_f1_law(
+                        df["params"].to_numpy(), df["n_samples"].to_numpy(), 64, 50257
+                    )
+                    - df["membership_f1"].to_numpy()
+                )
+                ** 2
+            )
+        )
+    )
+    for name, df in (("uniform tokens", sweep), ("text", text))
+}
 run.record(paper_law_rmse=paper_law_rmse)
-display(Markdown("RMSE of the paper's law (its constants, Table 2 form) on our points: "
-                 + ", ".join(f"{k}: {v:.3f}" for k, v in paper_law_rmse.items())
-                 + ". The paper reports its fit within 1-2 % of its observations."))
+display(
+    Markdown(
+        "RMSE of the paper's law (its constants, Table 2 form) on our points: "
+        + ", ".join(f"{k}: {v:.3f}" for k, v in paper_law_rmse.items())
+        + ". The paper reports its fit within 1-2 % of its observations."
+    )
+)
 
 fig, axes = plotting.figure("wide", ncols=2)
 for ax, (name, df) in zip(axes, (("uniform tokens", sweep), ("text", text))):
     for model, grp in df.groupby("model", sort=False):
-        ax.plot(grp["n_samples"] / grp["params"], grp["membership_f1"], "o", label=model)
-    r = np.geomspace((df["n_samples"] / df["params"]).min(), (df["n_samples"] / df["params"]).max(), 100)
+        ax.plot(
+            grp["n_samples"] / grp["params"], grp["membership_f1"], "o", label=model
+        )
+    r = np.geomspace(
+        (df["n_samples"] / df["params"]).min(),
+        (df["n_samples"] / df["params"]).max(),
+        100,
+    )
     if "error" not in fits[name]:
         f = fits[name]
-        ax.plot(r, 0.5 * (1 + f["c1"] / (1 + np.exp(-f["c3"] * (r + f["c2"])))), "k-", lw=1, label="fitted law")
-    ax.plot(r, cap.membership_f1_law(1.0, r, 64, 50257), "k--", lw=1, label="paper's law")
+        ax.plot(
+            r,
+            0.5 * (1 + f["c1"] / (1 + np.exp(-f["c3"] * (r + f["c2"])))),
+            "k-",
+            lw=1,
+            label="fitted law",
+        )
+    ax.plot(
+        r, cap.membership_f1_law(1.0, r, 64, 50257), "k--", lw=1, label="paper's law"
+    )
     ax.axhline(0.5, color="grey", ls=":", lw=1)
-    ax.set(xscale="log", xlabel="|D| / |θ| (sequences per parameter)", ylabel="membership F1", title=name)
+    ax.set(
+        xscale="log",
+        xlabel="|D| / |θ| (sequences per parameter)",
+        ylabel="membership F1",
+        title=name,
+    )
     ax.legend()
 _ = plotting.publish(fig, "fig7", CH)
 
@@ -348,8 +506,16 @@ _ = plotting.publish(fig, "fig7", CH)
 # %%
 fig, ax = plotting.figure("single")
 for model, grp in text.groupby("model", sort=False):
-    line, = ax.plot(grp["n_samples"], grp["extract_train"], "o-", label=f"{model} train")
-    ax.plot(grp["n_samples"], grp["extract_test"], "s--", color=line.get_color(), label=f"{model} test")
+    (line,) = ax.plot(
+        grp["n_samples"], grp["extract_train"], "o-", label=f"{model} train"
+    )
+    ax.plot(
+        grp["n_samples"],
+        grp["extract_test"],
+        "s--",
+        color=line.get_color(),
+        label=f"{model} test",
+    )
 ax.set(xlabel="training sequences N", ylabel="extraction rate")
 log_x(ax, text["n_samples"])
 ax.legend()
@@ -375,15 +541,31 @@ _ = plotting.publish(fig, "fig_extraction", CH)
 big = ch.tfidf_run(text, cfg.text_model_sizes[-1])
 tf = ch.tfidf_vs_memorization(corpus, big)
 pos = tf[tf["unintended_bits"] > 0]
-rho, pval = spearmanr(pos["tfidf"], pos["unintended_bits"]) if len(pos) > 2 else (float("nan"), float("nan"))
-run.record(tfidf_spearman=rho, tfidf_pvalue=pval, tfidf_positive_samples=len(pos), tfidf_n_samples=int(big["n_samples"]))
+rho, pval = (
+    spearmanr(pos["tfidf"], pos["unintended_bits"])
+    if len(pos) > 2
+    else (float("nan"), float("nan"))
+)
+run.record(
+    tfidf_spearman=rho,
+    tfidf_pvalue=pval,
+    tfidf_positive_samples=len(pos),
+    tfidf_n_samples=int(big["n_samples"]),
+)
 fig, ax = plotting.figure("single")
 ax.scatter(tf["tfidf"], tf["unintended_bits"], s=6, alpha=0.5)
-ax.set(xlabel="TF-IDF of the training sequence", ylabel="unintended memorisation (bits)",
-       title=f"{big['model']}, N = {int(big['n_samples'])}")
+ax.set(
+    xlabel="TF-IDF of the training sequence",
+    ylabel="unintended memorisation (bits)",
+    title=f"{big['model']}, N = {int(big['n_samples'])}",
+)
 _ = plotting.publish(fig, "fig16", CH)
-display(Markdown(f"Spearman correlation over the {len(pos)} samples with positive memorisation: "
-                 f"rho = {rho:.3f} (p = {pval:.3g})."))
+display(
+    Markdown(
+        f"Spearman correlation over the {len(pos)} samples with positive memorisation: "
+        f"rho = {rho:.3f} (p = {pval:.3g})."
+    )
+)
 
 # %% [markdown]
 # ```{glue:figure} 05_capacity-fig16
@@ -401,8 +583,9 @@ display(Markdown(f"Spearman correlation over the {len(pos)} samples with positiv
 # `paper` profile's training length to be a fair test.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(ch.claims(), run.metrics, cfg.profile,
-                          reasons=paper.reasons(cfg.chapter))
+verdicts = paper.evaluate(
+    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
+)
 display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 

@@ -24,3 +24,11 @@ def test_py_and_ipynb_in_sync(src):
     assert strip(py_nb) == strip(ipy_nb), f"{src.name} and {ipynb.name} differ: run jupytext --sync {src}"
     tagged = [c for c in py_nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and 'profile: str = "cpu"' in tagged[0].source
+
+
+@pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])
+def test_code_lines_fit_the_page_column(src):
+    """A reader sees code cells in a column of about 88 characters; longer lines scroll sideways."""
+    long = [(i, line) for i, c in enumerate(jupytext.read(src).cells) if c.cell_type == "code"
+            for line in c.source.splitlines() if len(line) > 88]
+    assert not long, f"{src.name}: code lines over 88 characters (cell, line): {long[:3]}"
