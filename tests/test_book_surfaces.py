@@ -178,14 +178,14 @@ def test_committed_cpu_book_as_readers_see_it(tmp_path):
     if not chapters:
         pytest.skip("book/chapters holds no executed chapter")
     chromium_or_skip()
-    from memlab import cli
+    from memlab import book
 
     root = tmp_path / "cpu-book"
     root.mkdir()
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns(".staging-*"))
-    cli.render(root=root, out=root / "_build")
+    book.render(root=root, out=root / "_build")
     problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters,
                                    artifacts_dir("cpu-book"))
     assert not problems, "\n".join(problems)
@@ -200,23 +200,23 @@ def test_render_refuses_a_missing_root_in_one_line(capsys, tmp_path):
 
 
 def test_repository_buttons_follow_the_setting(monkeypatch):
-    from memlab import cli
+    from memlab import book
     from memlab.config import ConfigError
 
-    monkeypatch.delenv(cli.REPO_URL_ENV, raising=False)
+    monkeypatch.delenv(book.REPO_URL_ENV, raising=False)
     conf = {"repository": {"url": ""}, "html": {"use_repository_button": True}}
-    assert cli.repository_url(conf) == ""
-    cli._apply_repository(conf, "")
+    assert book.repository_url(conf) == ""
+    book._apply_repository(conf, "")
     assert conf["html"]["use_repository_button"] is False and conf["html"]["use_issues_button"] is False
     assert conf["launch_buttons"]["binderhub_url"] == "" and conf["launch_buttons"]["colab_url"] == ""
-    monkeypatch.setenv(cli.REPO_URL_ENV, "https://github.com/someone/memlab/")
-    url = cli.repository_url(conf)
+    monkeypatch.setenv(book.REPO_URL_ENV, "https://github.com/someone/memlab/")
+    url = book.repository_url(conf)
     assert url == "https://github.com/someone/memlab"
-    cli._apply_repository(conf, url)
+    book._apply_repository(conf, url)
     assert conf["repository"]["url"] == url and conf["html"]["use_issues_button"] is True
-    monkeypatch.setenv(cli.REPO_URL_ENV, "github.com/x")
+    monkeypatch.setenv(book.REPO_URL_ENV, "github.com/x")
     with pytest.raises(ConfigError, match="MEMLAB_REPO_URL.*http"):
-        cli.repository_url(conf)
+        book.repository_url(conf)
 
 
 def test_published_figure_is_an_image_bundle(tmp_path, monkeypatch):
@@ -287,7 +287,7 @@ def test_dataframes_render_without_nan_or_default_index():
 def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
     import nbformat
 
-    from memlab import cli
+    from memlab import book
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("profile = 'cpu'", metadata={"tags": ["parameters"]}),
@@ -295,10 +295,10 @@ def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
                 nbformat.v4.new_code_cell("x = 1")]
     path = tmp_path / "c.ipynb"
     nbformat.write(nb, path)
-    assert cli.hide_parameter_cells(path) is True
+    assert book.hide_parameter_cells(path) is True
     tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
     assert tags == [["parameters", "hide-input"], ["injected-parameters", "remove-cell"], []]
-    assert cli.hide_parameter_cells(path) is False
+    assert book.hide_parameter_cells(path) is False
 
 
 def test_bibliography_labels_are_author_year_and_seed_papers_distinct():

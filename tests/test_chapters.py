@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab import cli
+from memlab import book, cli
 from memlab.chapters import CHAPTERS
 from conftest import launch_chromium
 
@@ -69,7 +69,7 @@ def test_chapter_runs_at_smoke_profile(smoke_project, chapter):
 @pytest.fixture(scope="session")
 def built_book(smoke_project):
     root, outcomes = smoke_project
-    index = cli.render(root=root, out=root / "_build")
+    index = book.render(root=root, out=root / "_build")
     return root / "_build" / "html", index
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab import chapters, cli
+from memlab import book, chapters, cli
 from conftest import install_fake_chapter
 
 FAKE_SPEC = '''
@@ -100,26 +100,26 @@ def test_parse_value():
 
 
 def test_scorecard_and_toc_filter(tmp_path):
-    book = tmp_path / "book"
-    (book / "results").mkdir(parents=True)
+    book_dir = tmp_path / "book"
+    (book_dir / "results").mkdir(parents=True)
     cid = next(iter(chapters.CHAPTERS))
-    (book / "results" / f"{cid}.json").write_text(json.dumps({
+    (book_dir / "results" / f"{cid}.json").write_text(json.dumps({
         "profile": "cpu",
         "claims": [{"claim": "a | b", "source": "T1", "verdict": "reproduced", "evidence": "x=1"},
                    {"claim": "c", "source": "T2", "verdict": "not run at this profile", "evidence": ""}],
     }))
     staged = tmp_path / "stage"
-    text = cli.write_scorecard(book, dest=staged).read_text()
-    assert not (book / "scorecard.md").exists()  # render writes into its staging copy only
-    text = cli.write_scorecard(book).read_text()
+    text = book.write_scorecard(book_dir, dest=staged).read_text()
+    assert not (book_dir / "scorecard.md").exists()  # render writes into its staging copy only
+    text = book.write_scorecard(book_dir).read_text()
     assert "| `cpu` | 1 | 0 | 1 |" in text and "a | b" in text and "not run yet" in text
     assert 'class="memlab-claims"' in text and "\u2713 reproduced" in text
-    assert "| `cpu` | 1 | 0 | 1 |" in (book / "_scorecard_summary.md").read_text()
-    (book / "chapters").mkdir()
-    (book / "chapters" / "a.ipynb").write_text("{}")
+    assert "| `cpu` | 1 | 0 | 1 |" in (book_dir / "_scorecard_summary.md").read_text()
+    (book_dir / "chapters").mkdir()
+    (book_dir / "chapters" / "a.ipynb").write_text("{}")
     toc = {"root": "book/intro", "parts": [{"caption": "C", "chapters": [{"file": "book/chapters/a"}, {"file": "book/chapters/b"}]},
                                            {"caption": "Empty", "chapters": [{"file": "book/chapters/c"}]}]}
-    kept, skipped = cli._filtered_toc(toc, tmp_path)
+    kept, skipped = book._filtered_toc(toc, tmp_path)
     assert kept["parts"] == [{"caption": "C", "chapters": [{"file": "book/chapters/a"}]}]
     assert skipped == ["book/chapters/b", "book/chapters/c"]
 
@@ -128,6 +128,6 @@ def test_dedupe_inline_scripts(tmp_path):
     page = tmp_path / "p.html"
     page.write_text('<head>\n<script>const A = 1;</script>\n<script src="x.js"></script>\n'
                     '<script>const A = 1;</script>\n<script>const B = 2;</script>\n</head>')
-    assert cli.dedupe_inline_scripts(page)
+    assert book.dedupe_inline_scripts(page)
     assert page.read_text().count("const A = 1") == 1 and "const B = 2" in page.read_text()
-    assert not cli.dedupe_inline_scripts(page)
+    assert not book.dedupe_inline_scripts(page)

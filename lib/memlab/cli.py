@@ -1,4 +1,4 @@
-"""Command line: run a chapter, run every chapter, render the book.
+"""Command line: run a chapter, run every chapter, render the book (memlab.book), sweep (memlab.sweep).
 
     memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--dry-run] [--no-cache] [--book-dir DIR]
     memlab book [--profile P] [--chapters ID ...]
@@ -19,16 +19,14 @@ import argparse
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import yaml
 
 from memlab.chapters import CHAPTERS
+from memlab.book import BuildError, render
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
 
 
@@ -419,231 +417,6 @@ def run_chapter(
     return book / "chapters" / f"{chapter}.ipynb"
 
 
-# ----------------------------------------------------------------------------- rendering
-
-def write_scorecard(book: Path, dest: Path | None = None) -> Path:
-    """``scorecard.md`` (every claim) and ``_scorecard_summary.md`` (counts, on the front page).
-
-    Reads ``book/results``; writes into ``dest`` (default ``book``), so that :func:`render`
-    can write into its staging copy and leave ``book/`` as it was when a build fails.
-    """
-    from memlab.paper import VERDICTS, claims_table
-    from memlab.results import load_results
-
-    dest = Path(dest) if dest is not None else book
-    summary = [
-        "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " |",
-        "|---|---|" + "---|" * len(VERDICTS),
-    ]
-    details = []
-    for cid, ch in CHAPTERS.items():
-        res = load_results(cid, book)
-        if res is None:
-            summary.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " |")
-            continue
-        counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
-        summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
-        details += ["", f"## {ch.title}", "",
-                    f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).", ""]
-        if res.get("claims"):
-            # The same HTML table as in the chapter: verdict first, full text, stacked on a phone.
-            details += [claims_table(res["claims"])._repr_html_(), ""]
-    intro = [
-        "# Scorecard",
-        "",
-        "Every claim the chapters test, with its verdict at the profile that produced the published page. "
-        "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
-        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU). "
-        "A *not reproduced* claim says why, from what its chapter measured.",
-        "",
-    ]
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "_scorecard_summary.md").write_text("\n".join(summary) + "\n")
-    path = dest / "scorecard.md"
-    path.write_text("\n".join(intro + summary + details) + "\n")
-    return path
-
-
-def _filtered_toc(toc: dict, root: Path) -> tuple[dict, list[str]]:
-    """The table of contents without chapters that have not been executed."""
-    skipped = []
-    for part in toc.get("parts", []):
-        kept = []
-        for entry in part.get("chapters", []):
-            f = entry.get("file", "")
-            if any((root / f"{f}{ext}").exists() for ext in (".md", ".ipynb", ".rst", "")):
-                kept.append(entry)
-            else:
-                skipped.append(f)
-        part["chapters"] = kept
-    toc["parts"] = [p for p in toc.get("parts", []) if p["chapters"]]
-    return toc, skipped
-
-
-def dedupe_inline_scripts(page: Path) -> bool:
-    """Drop repeated identical one-line inline ``<script>`` tags from an HTML page.
-
-    sphinx-thebe and sphinx-togglebutton register their inline configuration
-    once per read pass, and a build with bibliography re-reads emits them twice;
-    the second ``const THEBE_JS_URL`` is a SyntaxError in the browser.
-    Returns whether the page changed.
-    """
-    lines = page.read_text(encoding="utf-8").split("\n")
-    seen, kept = set(), []
-    for line in lines:
-        s = line.strip()
-        if s.startswith("<script>") and s.endswith("</script>"):
-            if s in seen:
-                continue
-            seen.add(s)
-        kept.append(line)
-    if len(kept) == len(lines):
-        return False
-    page.write_text("\n".join(kept), encoding="utf-8")
-    return True
-
-
-REPO_URL_ENV = "MEMLAB_REPO_URL"
-MATHJAX_DIR = Path(".cache") / "mathjax" / "node_modules" / "mathjax" / "es5"
-# What the book needs of the mathjax npm package (about 3 MB of its 24): the combined TeX ->
-# CommonHTML component, its fonts, the TeX extensions it autoloads and the menu/a11y parts.
-MATHJAX_PARTS = ("tex-chtml.js", "output/chtml/fonts/woff-v2", "input/tex/extensions", "ui", "a11y")
-
-
-def repository_url(conf: dict) -> str:
-    """The book's repository address: ``$MEMLAB_REPO_URL``, else ``repository.url`` in _config.yml, else ''.
-
-    Empty means no repository: :func:`render` then shows no repository, issues or launch buttons.
-    """
-    url = os.environ.get(REPO_URL_ENV)
-    source = REPO_URL_ENV
-    if url is None:
-        url, source = str((conf.get("repository") or {}).get("url") or ""), "repository.url in _config.yml"
-    url = url.strip().rstrip("/")
-    if url and not url.startswith(("https://", "http://")):
-        raise ConfigError(f"{source}: must be an http(s) address such as "
-                          f"https://github.com/you/memlab (got {url!r})")
-    return url
-
-
-def _apply_repository(conf: dict, url: str) -> None:
-    """Repository and issues buttons from ``url``; none when it is empty.
-
-    Launch buttons (Binder, Colab) are never offered: a launched chapter would start from the
-    executed ``cpu`` notebook in a runtime without memlab or its data, and fail in its first cells.
-    """
-    html = conf.setdefault("html", {})
-    conf["launch_buttons"] = {"notebook_interface": "classic", "binderhub_url": "", "colab_url": "",
-                              "jupyterhub_url": "", "thebe": False}
-    repo = conf.setdefault("repository", {})
-    if url:
-        repo["url"] = url
-        html["use_repository_button"] = html["use_issues_button"] = True
-    else:
-        repo["url"] = ""
-        html["use_repository_button"] = html["use_issues_button"] = html["use_edit_page_button"] = False
-
-
-def find_mathjax(root: Path) -> Path | None:
-    """The local MathJax (``scripts/setup.sh`` installs it under ``.cache/mathjax``), or None."""
-    for base in dict.fromkeys((root, repo_root())):
-        es5 = base / MATHJAX_DIR
-        if (es5 / "tex-chtml.js").is_file():
-            return es5
-    return None
-
-
-def _apply_mathjax(conf: dict, stage: Path, es5: Path | None) -> None:
-    """Serve MathJax from the build when a local copy exists (readers offline see typeset math)."""
-    if es5 is None:
-        return  # Sphinx's default: MathJax from its CDN
-    dest = stage / "book" / "_static" / "mathjax"
-    for part in MATHJAX_PARTS:
-        src = es5 / part
-        if src.is_dir():
-            shutil.copytree(src, dest / part, dirs_exist_ok=True)
-        elif src.is_file():
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy(src, dest / part)
-    conf.setdefault("sphinx", {}).setdefault("config", {})["mathjax_path"] = "mathjax/tex-chtml.js"
-
-
-def hide_parameter_cells(notebook: Path) -> bool:
-    """Collapse the parameters cell and drop papermill's injected one in an executed notebook.
-
-    Both are plumbing (the provenance box shows the values a page ran with). Applied by
-    :func:`render` to its staging copy, so it covers chapters executed before this existed.
-    Returns whether the notebook changed.
-    """
-    import json
-
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    changed = False
-    for cell in nb.get("cells", []):
-        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
-        extra = (("remove-cell",) if "injected-parameters" in tags
-                 else ("hide-input",) if "parameters" in tags else ())
-        for t in extra:
-            if t not in tags:
-                tags.append(t)
-                changed = True
-    if changed:
-        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return changed
-
-
-def render(root: Path | None = None, out: Path | None = None) -> Path:
-    """Build the HTML book from the executed chapters (never re-executes); returns index.html.
-
-    Everything is written into a staging copy first: ``book/`` itself is not touched, and
-    ``out/html`` is replaced only after a clean build. The repository address comes from
-    :func:`repository_url`; MathJax is served locally when :func:`find_mathjax` finds it.
-    """
-    root = Path(root).expanduser() if root else repo_root()
-    for need in ("_config.yml", "_toc.yml", "book"):
-        if not (root / need).exists():
-            raise ConfigError(f"parameter 'root': {str(root)!r} has no {need} (expected a project folder "
-                              "holding _config.yml, _toc.yml and book/)")
-    out = Path(out) if out else root / "_build"
-    conf = yaml.safe_load((root / "_config.yml").read_text()) or {}
-    url = repository_url(conf)
-    with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
-        stage = Path(tmp)
-        extra_bib = sorted(f"book/bib/{p.name}" for p in (root / "book" / "bib").glob("*.bib"))
-        conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
-        shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
-        write_scorecard(root / "book", dest=stage / "book")
-        for nb in (stage / "book" / "chapters").glob("*.ipynb"):
-            hide_parameter_cells(nb)
-        _apply_repository(conf, url)
-        _apply_mathjax(conf, stage, find_mathjax(root))
-        (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
-        toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), root)
-        for f in skipped:
-            print(f"render: {f} has not been run; left out of this build")
-        (stage / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
-        cmd = ["jupyter-book", "build", str(stage), "--path-output", str(stage), "-W", "-n", "--keep-going"]
-        exe = Path(sys.executable).parent / "jupyter-book"
-        if exe.exists():
-            cmd[0] = str(exe)
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            sys.stderr.write(proc.stdout[-6000:] + proc.stderr[-6000:])
-            raise RunError("the book did not build cleanly (warnings are errors); see the messages above")
-        for page in (stage / "_build" / "html").rglob("*.html"):
-            dedupe_inline_scripts(page)
-        html = out / "html"
-        if html.exists():
-            shutil.rmtree(html)
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copytree(stage / "_build" / "html", html)
-        for name in ("scorecard.md", "_scorecard_summary.md"):  # the built scorecard, also for repo readers
-            shutil.copy(stage / "book" / name, root / "book" / name)
-    index = html / "index.html"
-    print(f"book: {index}" + ("" if url else f" (no repository buttons: set {REPO_URL_ENV} to show them)"))
-    return index
-
-
 # ----------------------------------------------------------------------------- entry point
 
 def build_parser() -> argparse.ArgumentParser:
@@ -841,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 2
-    except RunError as e:
+    except (RunError, BuildError) as e:
         print(f"memlab: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
