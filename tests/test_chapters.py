@@ -76,7 +76,8 @@ def built_book(smoke_project):
 def test_book_renders_every_chapter_without_errors(built_book, smoke_project):
     html, index = built_book
     assert index.exists()
-    for page in ("book/scorecard.html", "book/rerunning.html", "book/bibliography.html", "book/exercises.html"):
+    for page in ("book/scorecard.html", "book/robustness.html", "book/rerunning.html", "book/bibliography.html",
+                 "book/exercises.html"):
         assert (html / page).exists(), page
     for chapter in RUNNABLE:
         page = html / "book" / "chapters" / f"{chapter}.html"

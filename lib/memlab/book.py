@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from memlab import robustness
 from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError, repo_root
 
@@ -49,15 +50,18 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
         details += ["", f"## {ch.title}", "",
                     f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).", ""]
         if res.get("claims"):
-            # The same HTML table as in the chapter: verdict first, full text, stacked on a phone.
-            details += [claims_table(res["claims"])._repr_html_(), ""]
+            # The same HTML table as in the chapter (verdict first, full text, stacked on a phone),
+            # plus how often each claim held across seeds where a sweep is published.
+            across = robustness.claim_counts(robustness.load(book, cid))
+            details += [claims_table(res["claims"], across or None)._repr_html_(), ""]
     intro = [
         "# Scorecard",
         "",
         "Every claim the chapters test, with its verdict at the profile that produced the published page. "
         "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
         "*not run at this profile* needs a larger profile (usually `paper`, on a GPU). "
-        "A *not reproduced* claim says why, from what its chapter measured.",
+        "A *not reproduced* claim says why, from what its chapter measured. Where a seed sweep is "
+        "published, *Across seeds* says how often the claim held ([Robustness](robustness.md)).",
         "",
     ]
     dest.mkdir(parents=True, exist_ok=True)
@@ -216,12 +220,13 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
         shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
         write_scorecard(root / "book", dest=stage / "book")
+        robustness.write_page(root / "book", dest=stage / "book")
         for nb in (stage / "book" / "chapters").glob("*.ipynb"):
             hide_parameter_cells(nb)
         _apply_repository(conf, url)
         _apply_mathjax(conf, stage, find_mathjax(root))
         (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))
-        toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), root)
+        toc, skipped = _filtered_toc(yaml.safe_load((root / "_toc.yml").read_text()), stage)
         for f in skipped:
             print(f"render: {f} has not been run; left out of this build")
         (stage / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
@@ -240,7 +245,7 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             shutil.rmtree(html)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage / "_build" / "html", html)
-        for name in ("scorecard.md", "_scorecard_summary.md"):  # the built scorecard, also for repo readers
+        for name in ("scorecard.md", "_scorecard_summary.md", "robustness.md"):  # the built scorecard, also for repo readers
             shutil.copy(stage / "book" / name, root / "book" / name)
     index = html / "index.html"
     print(f"book: {index}" + ("" if url else f" (no repository buttons: set {REPO_URL_ENV} to show them)"))

@@ -460,6 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--out", default=None, help="parent of the sweep folder (default data/sweeps)")
     sw.add_argument("--summary", default=None, metavar="DIR",
                     help="only (re)write summary.json and summary.png of the sweep folder DIR")
+    sw.add_argument("--publish", action="store_true",
+                    help="with --summary: copy summary.json to book/robustness/<chapter>.json (the Robustness page)")
     sw.add_argument("--workers", type=int, default=None,
                     help="LocalCluster worker processes (default cores // threads)")
     sw.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
@@ -548,7 +550,13 @@ def _sweep_command(parser, args, pairs) -> None:
             parser.error("--summary DIR takes no chapter and no -p")
         sweep.write_summary(Path(args.summary).expanduser())
         print(f"summary: {Path(args.summary) / 'summary.json'}")
+        if args.publish:
+            from memlab import robustness
+
+            print(f"published: {robustness.publish(Path(args.summary).expanduser(), repo_root() / 'book')}")
         return
+    if args.publish:
+        parser.error("--publish goes with --summary DIR")
     if not args.chapter:
         parser.error("the sweep needs a CHAPTER (or --summary DIR)")
     for flag, value, low in (("workers", args.workers, 1), ("threads", args.threads, 1),

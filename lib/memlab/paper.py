@@ -251,12 +251,14 @@ class ClaimsTable:
 
     In a notebook it renders as an HTML table (classes styled by ``book/_static/memlab.css``:
     the verdict carries a colour *and* its text; on a narrow screen each claim stacks into a
-    card). ``.frame`` is the same content as a DataFrame (columns ``COLUMNS``).
+    card). ``.frame`` is the same content as a DataFrame (columns ``columns``). ``across``
+    (claim key -> text such as "reproduced in 3 of 3 runs") adds an "Across seeds" column.
     """
 
     COLUMNS = ["Verdict", "Claim", "Paper source", "Our numbers"]
 
-    def __init__(self, verdicts: Sequence[dict]):
+    def __init__(self, verdicts: Sequence[dict], across: dict[str, str] | None = None):
+        self.across = across
         self.rows = [dict(v) for v in verdicts]
         for v in self.rows:
             if v.get("verdict") not in VERDICTS:
@@ -275,12 +277,15 @@ class ClaimsTable:
 
     @property
     def frame(self) -> pd.DataFrame:
-        data = [[v["verdict"], v["claim"], v["source"], self._numbers(v)] for v in self.rows]
-        return pd.DataFrame(data, columns=self.COLUMNS, index=pd.RangeIndex(1, len(data) + 1, name="#"))
+        data = [[v["verdict"], v["claim"], v["source"], self._numbers(v)] + self._across(v) for v in self.rows]
+        return pd.DataFrame(data, columns=self.columns, index=pd.RangeIndex(1, len(data) + 1, name="#"))
 
     @property
     def columns(self) -> list[str]:
-        return list(self.COLUMNS)
+        return list(self.COLUMNS) + (["Across seeds"] if self.across is not None else [])
+
+    def _across(self, v: dict) -> list[str]:
+        return [] if self.across is None else [self.across.get(v.get("key"), "\u2013")]
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -292,7 +297,7 @@ class ClaimsTable:
     def _repr_html_(self) -> str:
         from html import escape
 
-        head = "".join(f"<th>{escape(c)}</th>" for c in self.COLUMNS)
+        head = "".join(f"<th>{escape(c)}</th>" for c in self.columns)
         body = []
         for v in self.rows:
             slug = v["verdict"].split(" at ")[0].replace(" ", "-")
@@ -305,15 +310,21 @@ class ClaimsTable:
                 f'<td class="claim-text" data-label="Claim">{escape(str(v["claim"]))}</td>'
                 f'<td class="claim-source" data-label="Paper source">{escape(str(v["source"]))}</td>'
                 f'<td class="claim-evidence" data-label="Our numbers">'
-                f'<span class="claim-numbers">{escape(self._evidence(v))}</span>{why}</td></tr>'
+                f'<span class="claim-numbers">{escape(self._evidence(v))}</span>{why}</td>'
+                + "".join(f'<td class="claim-across" data-label="Across seeds">{escape(t)}</td>'
+                          for t in self._across(v))
+                + "</tr>"
             )
         return (f'<div class="memlab-claims-wrap"><table class="memlab-claims">'
                 f'<thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
 
 
-def claims_table(verdicts: Sequence[dict]) -> ClaimsTable:
-    """The claims of one chapter as a table: verdict, claim, paper source, our evidence (and reason)."""
-    return ClaimsTable(verdicts)
+def claims_table(verdicts: Sequence[dict], across: dict[str, str] | None = None) -> ClaimsTable:
+    """The claims of one chapter as a table: verdict, claim, paper source, our evidence (and reason).
+
+    ``across``: claim key -> how often it held across seeds (:mod:`memlab.robustness`), as a column.
+    """
+    return ClaimsTable(verdicts, across)
 
 
 def tally(verdicts: Sequence[dict]) -> dict[str, int]:

@@ -1,0 +1,71 @@
+"""The Robustness page and the scorecard's 'Across seeds' column, from sweep summaries."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memlab import book, robustness
+from memlab.chapters import CHAPTERS
+from memlab.config import ConfigError
+
+CHAPTER = next(iter(CHAPTERS))
+
+
+def _summary(k: int, n: int) -> dict:
+    """A seed sweep of three runs whose one claim held in ``k`` of ``n`` judged runs."""
+    runs = [f"seed-{s}" for s in range(3)]
+    return {
+        "chapter": CHAPTER, "profile": "cpu", "axes": {"seed": [0, 1, 2]}, "runs_done": runs, "runs_failed": [],
+        "groups": [{"params": {}, "runs": runs, "metrics": {},
+                    "claims": {"c1": {"claim": "A claim & more", "reproduced": k, "n": n,
+                                      "text": f"reproduced in {k} of {n} runs"}}}],
+        "provenance": {r: {"params": {"seed": s}, "git_commit": "abcdef123456", "wall_time_s": 60.0}
+                       for s, r in enumerate(runs)},
+    }
+
+
+def _book(tmp_path, summary: dict | None) -> "Path":  # noqa: F821
+    root = tmp_path / "book"
+    (root / "results").mkdir(parents=True)
+    (root / "results" / f"{CHAPTER}.json").write_text(json.dumps({
+        "profile": "cpu", "claims": [{"key": "c1", "claim": "A claim & more", "source": "T1",
+                                      "verdict": "reproduced", "evidence": "x=1"}]}))
+    if summary is not None:
+        sweep_dir = tmp_path / "sweep"
+        sweep_dir.mkdir()
+        (sweep_dir / "summary.json").write_text(json.dumps(summary))
+        assert robustness.publish(sweep_dir, root) == root / "robustness" / f"{CHAPTER}.json"
+    return root
+
+
+def test_page_says_how_often_each_claim_held_and_names_the_command_where_no_sweep(tmp_path):
+    root = _book(tmp_path, _summary(2, 3))
+    text = robustness.write_page(root).read_text()
+    section = text.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    assert "reproduced in 2 of 3 runs" in section and "A claim &amp; more" in section
+    assert "seeds 0, 1, 2" in section and "3 runs, 3 min" in section and "`abcdef12`" in section
+    assert '<tr class="robust-some">' in section
+    other = [c for c in CHAPTERS if c != CHAPTER][0]
+    assert robustness.SEED_SWEEP.format(chapter=other) in text.split(f"## {CHAPTERS[other].title}")[1]
+
+
+@pytest.mark.parametrize("k, n, css", [(3, 3, "robust-all"), (0, 3, "robust-none"), (1, 3, "robust-some")])
+def test_rows_are_classed_by_how_many_runs_reproduce(tmp_path, k, n, css):
+    text = robustness.write_page(_book(tmp_path, _summary(k, n))).read_text()
+    assert f'<tr class="{css}">' in text
+
+
+def test_scorecard_has_an_across_seeds_column_only_with_a_published_sweep(tmp_path):
+    with_sweep = book.write_scorecard(_book(tmp_path / "a", _summary(3, 3))).read_text()
+    assert "<th>Across seeds</th>" in with_sweep and "reproduced in 3 of 3 runs" in with_sweep
+    without = book.write_scorecard(_book(tmp_path / "b", None)).read_text()
+    assert "Across seeds</th>" not in without
+
+
+def test_publish_refuses_a_folder_without_a_summary(tmp_path):
+    with pytest.raises(ConfigError, match="is not a sweep summary"):
+        robustness.publish(tmp_path, tmp_path / "book")
+    (tmp_path / "summary.json").write_text(json.dumps({"chapter": "99_nope"}))
+    with pytest.raises(ConfigError, match="not a chapter of the book"):
+        robustness.publish(tmp_path, tmp_path / "book")
