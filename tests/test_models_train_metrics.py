@@ -46,6 +46,25 @@ def test_training_learns_a_separable_problem():
     assert not m.training and train.features(m, x).shape == (64, 32)
 
 
+@pytest.mark.parametrize("n,bs,sizes", [(70, 16, [16, 16, 16, 22]), (64, 16, [16] * 4), (5, 16, [5])])
+def test_trailing_partial_batch_is_merged(n, bs, sizes):
+    bounds = train.batch_bounds(n, bs)
+    assert [b - a for a, b in bounds] == sizes and train.steps_per_epoch(n, bs) == len(sizes)
+    assert bounds[0][0] == 0 and bounds[-1][1] == n  # every image once, contiguous
+    assert all(prev[1] == nxt[0] for prev, nxt in zip(bounds, bounds[1:]))
+    with pytest.raises(ValueError, match="batch_size=0"):
+        train.steps_per_epoch(10, 0)
+
+
+def test_training_batches_never_fall_below_batch_size():
+    seen: list[int] = []
+    m = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 2))
+    m.register_forward_pre_hook(lambda _mod, args: seen.append(len(args[0])))
+    x, y = torch.randn(70, 3, 32, 32), torch.randint(0, 2, (70,))
+    train.train_classifier(m, x, y, epochs=2, batch_size=16, augment=False)
+    assert seen == [16, 16, 16, 22] * 2
+
+
 def test_roc_metrics_agree_with_sklearn_and_extremes():
     rng = np.random.default_rng(0)
     labels = np.r_[np.ones(100), np.zeros(100)]

@@ -4,10 +4,14 @@ Images are float tensors (N, C, H, W) already normalised; labels int64 (N,).
 Training uses SGD with momentum, cosine learning-rate decay, optional CIFAR
 augmentation (random crop with 4-pixel padding, horizontal flip) done on the
 tensor batch, and bf16 autocast on CUDA.
+
+Each epoch visits every image exactly once in ``steps_per_epoch(N, B) = max(1, N // B)``
+batches: a trailing partial batch is merged into the one before it (so batches hold between
+B and 2B - 1 images), because a small last batch gives BatchNorm noisy statistics and a full
+learning-rate step on a handful of images, which under-fits small retain sets (issue 15).
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -31,6 +35,22 @@ def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None) -> 
     idx_b = torch.arange(b, device=x.device)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[idx_b, rows[:, :, None], cols[:, None, :]]  # (B, H, W, C)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Optimiser steps one epoch of ``n`` images takes at ``batch_size`` (trailing batch merged)."""
+    if n < 1 or batch_size < 1:
+        raise ValueError(f"steps_per_epoch: n={n} and batch_size={batch_size} must both be >= 1")
+    return max(1, n // batch_size)
+
+
+def batch_bounds(n: int, batch_size: int) -> list[tuple[int, int]]:
+    """(start, stop) index pairs covering range(n) once: full batches, the remainder merged into the last.
+
+    With n < batch_size there is one batch of all n images.
+    """
+    steps = steps_per_epoch(n, batch_size)
+    return [(i * batch_size, n if i == steps - 1 else (i + 1) * batch_size) for i in range(steps)]
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -61,16 +81,16 @@ def train_classifier(
     dev = model_device(model)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
-    steps_per_epoch = math.ceil(len(x) / batch_size)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * steps_per_epoch)
+    bounds = batch_bounds(len(x), batch_size)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs * len(bounds))
     losses = []
-    bar = progress(total=epochs * steps_per_epoch, desc=desc)
+    bar = progress(total=epochs * len(bounds), desc=desc)
     for epoch in range(epochs):
         model.train()
         perm = torch.randperm(len(x), generator=g)
         total, count = 0.0, 0
-        for i in range(0, len(x), batch_size):
-            idx = perm[i : i + batch_size]
+        for start, stop in bounds:
+            idx = perm[start:stop]
             xb, yb = x[idx], y[idx]
             if augment:
                 xb = augment_batch(xb, g)
