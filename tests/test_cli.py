@@ -106,15 +106,19 @@ def test_scorecard_and_toc_filter(tmp_path):
     (book_dir / "results" / f"{cid}.json").write_text(json.dumps({
         "profile": "cpu",
         "claims": [{"claim": "a | b", "source": "T1", "verdict": "reproduced", "evidence": "x=1"},
-                   {"claim": "c", "source": "T2", "verdict": "not run at this profile", "evidence": ""}],
+                   {"claim": "c", "source": "T2", "verdict": "not run at this profile", "evidence": ""},
+                   {"claim": "d", "source": "T3", "verdict": "not judged", "evidence": "inside noise"},
+                   {"claim": "e", "source": "Thm 1", "verdict": "reproduced", "evidence": "", "kind": "sanity check"},
+                   {"claim": "f", "source": "Thm 2", "verdict": "not reproduced", "evidence": "", "kind": "sanity check"}],
     }))
     staged = tmp_path / "stage"
     text = book.write_scorecard(book_dir, dest=staged).read_text()
     assert not (book_dir / "scorecard.md").exists()  # render writes into its staging copy only
     text = book.write_scorecard(book_dir).read_text()
-    assert "| `cpu` | 1 | 0 | 1 |" in text and "a | b" in text and "not run yet" in text
+    # paper claims by verdict (reproduced, not reproduced, not judged, not run), sanity checks apart
+    assert "| `cpu` | 1 | 0 | 1 | 1 | 1 of 2 |" in text and "a | b" in text and "not run yet" in text
     assert 'class="memlab-claims"' in text and "\u2713 reproduced" in text
-    assert "| `cpu` | 1 | 0 | 1 |" in (book_dir / "_scorecard_summary.md").read_text()
+    assert "| `cpu` | 1 | 0 | 1 | 1 | 1 of 2 |" in (book_dir / "_scorecard_summary.md").read_text()
     (book_dir / "chapters").mkdir()
     (book_dir / "chapters" / "a.ipynb").write_text("{}")
     toc = {"root": "book/intro", "parts": [{"caption": "C", "chapters": [{"file": "book/chapters/a"}, {"file": "book/chapters/b"}]},

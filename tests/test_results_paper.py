@@ -98,7 +98,8 @@ def test_claim_verdicts():
     assert v["big"]["verdict"] == paper.REPRODUCED and v["big"]["evidence"] == "x = 2"
     assert v["small"]["verdict"] == paper.NOT_REPRODUCED
     assert v["gpu"]["verdict"] == paper.NOT_RUN and v["missing"]["verdict"] == paper.NOT_RUN
-    assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1, paper.NOT_RUN: 2}
+    assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1,
+                                             paper.NOT_JUDGED: 0, paper.NOT_RUN: 2}
     table = paper.claims_table(list(v.values()))
     assert list(table.columns) == ["Verdict", "Claim", "Paper source", "Our numbers"]
     with pytest.raises(ValueError, match="unique"):
@@ -112,10 +113,42 @@ def test_shipped_paper_numbers_all_name_their_source():
         assert data.get("tables") or data.get("numbers"), f
 
 
-def test_a_check_that_cannot_decide_is_not_run_with_its_reason():
+def test_a_check_that_cannot_decide_is_not_judged_with_its_reason():
     def undecided(m):
         raise paper.NotJudged("needs two sizes")
 
     claim = paper.Claim("k", "text", "Table 1", undecided)
     (v,) = paper.evaluate([claim], {}, "cpu")
-    assert v["verdict"] == paper.NOT_RUN and v["evidence"] == "needs two sizes"
+    assert v["verdict"] == paper.NOT_JUDGED and v["evidence"] == "needs two sizes"
+
+
+@pytest.mark.parametrize("margin,band,judged", [(0.05, 0.04, True), (-0.05, 0.04, True), (0.04, 0.04, False),
+                                                (-0.01, 0.04, False), (0.0, 0.0, False)])
+def test_a_margin_inside_its_noise_band_is_not_judged(margin, band, judged):
+    def check(m):
+        paper.outside_noise(margin, band, "ΔF")
+        return margin > 0, f"ΔF margin {margin:+.2f}"
+
+    (v,) = paper.evaluate([paper.Claim("k", "text", "Table 1", check)], {}, "cpu")
+    if judged:
+        assert v["verdict"] == (paper.REPRODUCED if margin > 0 else paper.NOT_REPRODUCED)
+    else:
+        assert v["verdict"] == paper.NOT_JUDGED
+        assert "inside the noise band" in v["evidence"] and f"{band:.3g}" in v["evidence"]
+    with pytest.raises(ValueError, match="band"):
+        paper.outside_noise(0.1, float("nan"), "ΔF")
+
+
+def test_sanity_checks_are_labelled_and_counted_apart():
+    claims = [paper.Claim("paper", "a paper claim", "Table 1", lambda m: (True, "")),
+              paper.Claim("built", "true by construction", "Theorem 1", lambda m: (True, ""), sanity=True)]
+    rows = paper.evaluate(claims, {}, "cpu")
+    assert [r["kind"] for r in rows] == [paper.CLAIM, paper.SANITY]
+    assert paper.tally(rows, paper.CLAIM)[paper.REPRODUCED] == 1
+    assert paper.tally(rows, paper.SANITY)[paper.REPRODUCED] == 1
+    table = paper.claims_table(rows)
+    html = table._repr_html_()
+    assert html.count('class="claim-kind"') == 1 and "sanity check" in html
+    assert table.frame["Claim"].tolist() == ["a paper claim", "[sanity check] true by construction"]
+    # rows from before "kind" existed count as paper claims
+    assert paper.tally([{"verdict": paper.REPRODUCED}], paper.CLAIM)[paper.REPRODUCED] == 1

@@ -31,22 +31,28 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     Reads ``book/results``; writes into ``dest`` (default ``book``), so that :func:`render`
     can write into its staging copy and leave ``book/`` as it was when a build fails.
     """
-    from memlab.paper import VERDICTS, claims_table
+    from memlab.paper import CLAIM, REPRODUCED, SANITY, VERDICTS, claims_table, tally
     from memlab.results import load_results
 
     dest = Path(dest) if dest is not None else book
+    # Paper claims are counted by verdict; sanity checks (true by construction or arithmetic)
+    # get their own column so that they never inflate the "reproduced" count.
     summary = [
-        "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " |",
-        "|---|---|" + "---|" * len(VERDICTS),
+        "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " | Sanity checks passed |",
+        "|---|---|" + "---|" * (len(VERDICTS) + 1),
     ]
     details = []
     for cid, ch in CHAPTERS.items():
         res = load_results(cid, book)
         if res is None:
-            summary.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " |")
+            summary.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " | – |")
             continue
-        counts = {v: sum(1 for c in res.get("claims", []) if c["verdict"] == v) for v in VERDICTS}
-        summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS) + " |")
+        counts = tally(res.get("claims", []), CLAIM)
+        sanity = tally(res.get("claims", []), SANITY)
+        n_sanity = sum(sanity.values())
+        sane = f"{sanity[REPRODUCED]} of {n_sanity}" if n_sanity else "–"
+        summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS)
+                       + f" | {sane} |")
         details += ["", f"## {ch.title}", "",
                     f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).", ""]
         if res.get("claims"):
@@ -59,7 +65,10 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
         "",
         "Every claim the chapters test, with its verdict at the profile that produced the published page. "
         "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
-        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU). "
+        "*not run at this profile* needs a larger profile (usually `paper`, on a GPU); a claim marked "
+        "*not judged* could not be decided by this run (its margin lies inside the measurement's noise "
+        "band, shown in its evidence, or a precondition failed). A *sanity check* holds by construction "
+        "or arithmetic: it tests our code, not the paper, and is counted apart. "
         "A *not reproduced* claim says why, from what its chapter measured. Where a seed sweep is "
         "published, *Across seeds* says how often the claim held ([Robustness](robustness.md)).",
         "",

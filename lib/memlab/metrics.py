@@ -58,3 +58,50 @@ def accuracy(pred, target) -> float:
     if pred.shape != target.shape or pred.size == 0:
         raise ValueError("parameter 'pred': must be a non-empty array of the same shape as target")
     return float((pred == target).mean())
+
+
+# ----------------------------------------------------------------------------- noise bands
+# A claim whose margin lies inside one of these bands is "not judged" (memlab.paper.outside_noise).
+
+def diff_band(p1: float, n1: int, p2: float, n2: int, z: float = 1.96) -> float:
+    """Half-width of a normal-approximation interval on ``p1 - p2``, two independent proportions.
+
+    ``p1``, ``p2`` are fractions in [0, 1] measured on ``n1``, ``n2`` items (e.g. forget accuracy on
+    250 test images); the result is in the same units (a fraction): z * sqrt(p1(1-p1)/n1 + p2(1-p2)/n2).
+    """
+    for name, p in (("p1", p1), ("p2", p2)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"diff_band: {name} must be a fraction in [0, 1] (got {p})")
+    for name, n in (("n1", n1), ("n2", n2)):
+        if int(n) < 1:
+            raise ValueError(f"diff_band: {name} must be a positive count (got {n})")
+    return float(z * np.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2))
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval (fractions) for ``k`` successes in ``n`` trials."""
+    if n < 1 or not 0 <= k <= n:
+        raise ValueError(f"wilson_interval: need 0 <= k <= n and n >= 1 (got k={k}, n={n})")
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def bootstrap_ci(values, stat=np.mean, n_boot: int = 2000, seed: int = 0,
+                 level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``stat`` over the items of ``values`` (shape (n,) or (n, ...)).
+
+    Resamples the first axis with replacement ``n_boot`` times with a fixed ``seed``, so the band a
+    chapter prints is reproducible; ``stat`` maps the resampled array to a number.
+    """
+    a = np.asarray(values, dtype=float)
+    if a.ndim == 0 or len(a) == 0:
+        raise ValueError("bootstrap_ci: values must be a non-empty array")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap_ci: level must be in (0, 1) (got {level})")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(n_boot, len(a)))
+    boots = np.array([stat(a[i]) for i in idx], dtype=float)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)

@@ -3,7 +3,10 @@
 Paper numbers live in ``data/papers/<chapter>.yaml`` with their source (table,
 figure, section). They are shown beside our results, never copied into them.
 A claim is a predicate over a chapter's metrics; its verdict is one of
-``reproduced``, ``not reproduced`` or ``not run at this profile``.
+``reproduced``, ``not reproduced``, ``not judged`` (this run cannot decide it: a precondition
+failed, or the margin lies inside the measurement's noise band) or ``not run at this profile``.
+A claim marked ``sanity`` is true by construction or arithmetic (a check of our code, not a
+reproduction of the paper) and is counted apart on the scorecard.
 """
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ _install_table_format()  # in a notebook, DataFrames render as the book's tables
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
+NOT_JUDGED = "not judged"
 NOT_RUN = "not run at this profile"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_RUN)
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, NOT_JUDGED, NOT_RUN)
 SMOKE_REASON = ("At the smoke profile the models are toys that only exercise the code; "
                 "this verdict says nothing about the paper.")
 
@@ -94,9 +98,26 @@ def declare(metric_keys: Sequence[str], claims: Sequence["Claim"]) -> list["Clai
 class NotJudged(Exception):
     """Raised by a claim's check when this run's metrics cannot decide it.
 
-    For example a trend over data set sizes when the run used only one size.
-    :func:`evaluate` reports such a claim as not run, with the message as evidence.
+    For example a trend over data set sizes when the run used only one size, a precondition
+    that failed, or a margin inside the noise band (:func:`outside_noise`). :func:`evaluate`
+    reports such a claim as "not judged", with the message as evidence.
     """
+
+
+def outside_noise(margin: float, band: float, what: str) -> None:
+    """Raise :class:`NotJudged` when ``|margin| <= band``: the claim's margin is inside its noise.
+
+    ``margin`` is how far the measured quantity is past the claim's threshold (signed, in the
+    quantity's units); ``band`` is the half-width of its noise interval in the same units (for
+    example :func:`memlab.metrics.diff_band`). ``what`` names the quantity in the evidence.
+    """
+    import math
+
+    if not (math.isfinite(margin) and math.isfinite(band)) or band < 0:
+        raise ValueError(f"outside_noise: {what}: margin and band must be finite, band >= 0 "
+                         f"(got {margin}, {band})")
+    if abs(margin) <= band:
+        raise NotJudged(f"{what}: margin {margin:+.3g} inside the noise band \u00b1{band:.3g}")
 
 
 def papers_dir() -> Path:
@@ -179,7 +200,8 @@ class Claim:
 
     check(metrics) -> (holds: bool, evidence: str). ``profiles`` lists the
     profiles at which the chapter runs what the claim needs; elsewhere the
-    verdict is "not run at this profile". ``metrics`` are the chapter's declared metric
+    verdict is "not run at this profile". ``sanity`` marks a check that holds by construction
+    or arithmetic (shown as a sanity check, counted apart from the paper's claims). ``metrics`` are the chapter's declared metric
     keys (set by :func:`declare`): reading a declared metric the run did not produce
     yields "not run at this profile"; reading an undeclared key, or any other exception
     inside ``check``, propagates (a bug, not a verdict).
@@ -191,6 +213,7 @@ class Claim:
     check: Callable[[dict], tuple[bool, str]]
     profiles: Sequence[str] = field(default=PROFILES)
     metrics: frozenset | None = None
+    sanity: bool = False
 
 
 def reasons(chapter: str) -> dict[str, str]:
@@ -235,15 +258,18 @@ def evaluate(claims: Sequence[Claim], metrics: dict, profile: str,
             except MetricMissing as e:
                 verdict, evidence = NOT_RUN, f"metric {e} not produced at this profile"
             except NotJudged as e:
-                verdict, evidence = NOT_RUN, str(e)
-        row = {"key": c.key, "claim": c.text, "source": c.source, "verdict": verdict, "evidence": evidence}
+                verdict, evidence = NOT_JUDGED, str(e)
+        row = {"key": c.key, "claim": c.text, "source": c.source, "verdict": verdict, "evidence": evidence,
+               "kind": SANITY if c.sanity else CLAIM}
         if verdict == NOT_REPRODUCED:
             row["reason"] = reasons.get(c.key) or (SMOKE_REASON if profile == "smoke" else "")
         out.append(row)
     return out
 
 
-VERDICT_MARKS = {REPRODUCED: "\u2713", NOT_REPRODUCED: "\u2717", NOT_RUN: "\u25cb"}  # check, cross, circle
+VERDICT_MARKS = {REPRODUCED: "\u2713", NOT_REPRODUCED: "\u2717", NOT_JUDGED: "\u2248",
+                 NOT_RUN: "\u25cb"}  # check, cross, approx, circle
+CLAIM, SANITY = "claim", "sanity check"  # a row's "kind"
 
 
 class ClaimsTable:
@@ -275,9 +301,17 @@ class ClaimsTable:
         reason = v.get("reason") or ""
         return f"{cls._evidence(v)}. Why: {reason}" if reason else cls._evidence(v)
 
+    @staticmethod
+    def _is_sanity(v: dict) -> bool:
+        return v.get("kind") == SANITY
+
+    @classmethod
+    def _claim(cls, v: dict) -> str:
+        return f"[{SANITY}] {v['claim']}" if cls._is_sanity(v) else str(v["claim"])
+
     @property
     def frame(self) -> pd.DataFrame:
-        data = [[v["verdict"], v["claim"], v["source"], self._numbers(v)] + self._across(v) for v in self.rows]
+        data = [[v["verdict"], self._claim(v), v["source"], self._numbers(v)] + self._across(v) for v in self.rows]
         return pd.DataFrame(data, columns=self.columns, index=pd.RangeIndex(1, len(data) + 1, name="#"))
 
     @property
@@ -291,7 +325,7 @@ class ClaimsTable:
         return len(self.rows)
 
     def __repr__(self) -> str:
-        return "\n".join(f"[{VERDICT_MARKS[v['verdict']]} {v['verdict']}] {v['claim']} ({v['source']}): "
+        return "\n".join(f"[{VERDICT_MARKS[v['verdict']]} {v['verdict']}] {self._claim(v)} ({v['source']}): "
                          f"{self._numbers(v)}" for v in self.rows)
 
     def _repr_html_(self) -> str:
@@ -301,13 +335,14 @@ class ClaimsTable:
         body = []
         for v in self.rows:
             slug = v["verdict"].split(" at ")[0].replace(" ", "-")
+            kind = f'<span class="claim-kind">{SANITY}</span>' if self._is_sanity(v) else ""
             why = (f'<span class="claim-reason"><strong>Why:</strong> {escape(v["reason"])}</span>'
                    if v.get("reason") else "")
             body.append(
                 f'<tr class="claim verdict-{slug}">'
                 f'<td class="claim-verdict" data-label="Verdict"><span class="verdict-badge">'
                 f'{VERDICT_MARKS[v["verdict"]]} {escape(v["verdict"])}</span></td>'
-                f'<td class="claim-text" data-label="Claim">{escape(str(v["claim"]))}</td>'
+                f'<td class="claim-text" data-label="Claim">{kind}{escape(str(v["claim"]))}</td>'
                 f'<td class="claim-source" data-label="Paper source">{escape(str(v["source"]))}</td>'
                 f'<td class="claim-evidence" data-label="Our numbers">'
                 f'<span class="claim-numbers">{escape(self._evidence(v))}</span>{why}</td>'
@@ -327,6 +362,10 @@ def claims_table(verdicts: Sequence[dict], across: dict[str, str] | None = None)
     return ClaimsTable(verdicts, across)
 
 
-def tally(verdicts: Sequence[dict]) -> dict[str, int]:
-    """Counts of each verdict."""
-    return {v: sum(1 for d in verdicts if d["verdict"] == v) for v in VERDICTS}
+def tally(verdicts: Sequence[dict], kind: str | None = None) -> dict[str, int]:
+    """Counts of each verdict; ``kind`` (:data:`CLAIM` or :data:`SANITY`) counts only those rows.
+
+    Rows written before sanity checks existed carry no ``kind`` and count as claims.
+    """
+    rows = [d for d in verdicts if kind is None or d.get("kind", CLAIM) == kind]
+    return {v: sum(1 for d in rows if d["verdict"] == v) for v in VERDICTS}

@@ -1,0 +1,48 @@
+"""The noise bands that decide "not judged" (memlab.metrics): closed forms and simple references."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from memlab import metrics
+
+
+def test_diff_band_is_the_normal_interval_of_a_difference():
+    # two accuracies on 250 images each: z * sqrt(sum of binomial variances)
+    band = metrics.diff_band(0.6, 250, 0.5, 250)
+    assert band == pytest.approx(1.96 * np.sqrt(0.6 * 0.4 / 250 + 0.5 * 0.5 / 250), rel=1e-12)
+    # it shrinks like 1/sqrt(n) and vanishes at p in {0, 1}
+    assert metrics.diff_band(0.6, 1000, 0.5, 1000) == pytest.approx(band / 2, rel=1e-12)
+    assert metrics.diff_band(0.0, 10, 1.0, 10) == 0.0
+    with pytest.raises(ValueError, match="p1"):
+        metrics.diff_band(60.0, 250, 0.5, 250)  # percent, not a fraction
+    with pytest.raises(ValueError, match="n2"):
+        metrics.diff_band(0.6, 250, 0.5, 0)
+
+
+def test_diff_band_covers_simulated_differences_at_its_level():
+    rng = np.random.default_rng(0)
+    p1, p2, n = 0.62, 0.55, 250
+    d = rng.binomial(n, p1, 20000) / n - rng.binomial(n, p2, 20000) / n
+    inside = np.mean(np.abs(d - (p1 - p2)) <= metrics.diff_band(p1, n, p2, n))
+    assert inside == pytest.approx(0.95, abs=0.01)
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (125, 250), (250, 250)])
+def test_wilson_interval_matches_scipy(k, n):
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
+    lo, hi = metrics.wilson_interval(k, n)
+    assert lo == pytest.approx(ci.low, abs=2e-4) and hi == pytest.approx(ci.high, abs=2e-4)
+    with pytest.raises(ValueError, match="k <= n"):
+        metrics.wilson_interval(n + 1, n)
+
+
+def test_bootstrap_ci_is_reproducible_and_brackets_the_mean():
+    x = np.random.default_rng(1).normal(3.0, 1.0, 400)
+    lo, hi = metrics.bootstrap_ci(x)
+    assert (lo, hi) == metrics.bootstrap_ci(x)  # fixed seed
+    assert lo < x.mean() < hi
+    # the percentile interval of a mean is close to the t interval on a large sample
+    t_lo, t_hi = stats.t.interval(0.95, len(x) - 1, loc=x.mean(), scale=stats.sem(x))
+    assert lo == pytest.approx(t_lo, abs=0.03) and hi == pytest.approx(t_hi, abs=0.03)
+    with pytest.raises(ValueError, match="non-empty"):
+        metrics.bootstrap_ci([])
