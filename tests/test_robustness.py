@@ -69,3 +69,31 @@ def test_publish_refuses_a_folder_without_a_summary(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"chapter": "99_nope"}))
     with pytest.raises(ConfigError, match="not a chapter of the book"):
         robustness.publish(tmp_path, tmp_path / "book")
+
+
+def test_a_sweep_of_earlier_chapter_code_is_marked_and_left_off_the_scorecard(tmp_path):
+    summary = _summary(3, 3)
+    for p in summary["provenance"].values():
+        p["chapter_code"] = "0ld0ld0ld0ld"
+    root = _book(tmp_path, summary)
+    res = json.loads((root / "results" / f"{CHAPTER}.json").read_text())
+    res["provenance"] = {"git_commit": "fedcba987654", "chapter_code": "n3wn3wn3wn3w"}
+    (root / "results" / f"{CHAPTER}.json").write_text(json.dumps(res))
+    assert not robustness.is_current(robustness.load(root, CHAPTER), res)
+    page = robustness.write_page(root).read_text()
+    section = page.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    assert "Earlier code" in section and "`fedcba98`" not in section and "fedcba98" in section
+    assert "Across seeds" not in book.write_scorecard(root).read_text().split("## ")[-1]
+    # the same fingerprint on both sides: current again, the column comes back
+    res["provenance"]["chapter_code"] = "0ld0ld0ld0ld"
+    (root / "results" / f"{CHAPTER}.json").write_text(json.dumps(res))
+    assert robustness.is_current(robustness.load(root, CHAPTER), res)
+    assert "reproduced in 3 of 3 runs" in book.write_scorecard(root).read_text()
+
+
+def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
+    from memlab import results
+
+    fp = results.chapter_code(CHAPTER)
+    assert fp is not None and len(fp) == 12 and fp == results.chapter_code(CHAPTER)
+    assert results.chapter_code("99_not_a_chapter") is None

@@ -58,7 +58,9 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
         if res.get("claims"):
             # The same HTML table as in the chapter (verdict first, full text, stacked on a phone),
             # plus how often each claim held across seeds where a sweep is published.
-            across = robustness.claim_counts(robustness.load(book, cid))
+            # A sweep of earlier chapter code is not evidence about today's verdicts.
+            sweep = robustness.load(book, cid)
+            across = robustness.claim_counts(sweep) if robustness.is_current(sweep, res) else {}
             details += [claims_table(res["claims"], across or None)._repr_html_(), ""]
     intro = [
         "# Scorecard",

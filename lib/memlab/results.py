@@ -142,6 +142,33 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_atomic(path, lambda f: f.write(text.encode()))  # umask permissions, not mkstemp's 0600
 
 
+def chapter_code(chapter: str) -> str | None:
+    """Fingerprint of the code that defines a chapter's run: its experiments module and notebook source.
+
+    sha256 (first 12 hex digits) over the two files' bytes. Two results with the same fingerprint
+    ran the same parameters, stages and claim predicates; a seed sweep whose runs' fingerprint
+    differs from the published page's ran earlier code (:mod:`memlab.robustness` says so).
+    None for a chapter outside the registry (test fakes).
+    """
+    import hashlib
+    import importlib.util
+
+    from memlab.chapters import CHAPTERS
+    from memlab.config import repo_root
+
+    ch = CHAPTERS.get(chapter)
+    if ch is None:
+        return None
+    spec = importlib.util.find_spec(ch.module)
+    paths = [Path(spec.origin) if spec and spec.origin else None, repo_root() / ch.source]
+    h = hashlib.sha256()
+    for path in paths:
+        if path is None or not path.is_file():
+            return None
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 class Run:
     """One chapter run: holds its config, the metrics the notebook fills, and the clock."""
 
@@ -174,7 +201,8 @@ class Run:
             "metrics": self.metrics,
             "claims": claims or [],
             "figures": figures,
-            "provenance": provenance(self.cfg.profile, self.elapsed()),
+            "provenance": {**provenance(self.cfg.profile, self.elapsed()),
+                           "chapter_code": chapter_code(self.chapter)},
         }
 
     def save(self, claims: list[dict] | None = None) -> Path:

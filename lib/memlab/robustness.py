@@ -51,6 +51,23 @@ def _seed_group(summary: dict) -> dict | None:
     return (plain or groups or [None])[0]
 
 
+def code_versions(summary: dict) -> set:
+    """The chapter-code fingerprints (:func:`memlab.results.chapter_code`) of a summary's runs."""
+    return {p.get("chapter_code") for p in summary.get("provenance", {}).values()}
+
+
+def is_current(summary: dict | None, published: dict | None) -> bool:
+    """Whether a sweep ran the same chapter code as the published page.
+
+    Compares the runs' ``chapter_code`` with the published results' (both absent counts as the
+    same: results written before fingerprints existed came from one code state).
+    """
+    if summary is None:
+        return False
+    mine = (published or {}).get("provenance", {}).get("chapter_code")
+    return code_versions(summary) == {mine}
+
+
 def claim_counts(summary: dict | None) -> dict[str, str]:
     """``{claim key: "reproduced in k of n runs"}`` for the seed group of a summary ({} for None)."""
     group = _seed_group(summary) if summary else None
@@ -70,6 +87,12 @@ def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> 
                 f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
     prov = summary.get("provenance", {}).values()
     commits = sorted({(p.get("git_commit") or "unknown")[:8] for p in prov})
+    stale = [] if is_current(summary, published) else [
+        "**Earlier code.** These runs used an earlier version of this chapter's code than the published "
+        f"page (commit {(published or {}).get('provenance', {}).get('git_commit', 'unknown')[:8]}): "
+        "its claims or recipes have changed since, so the counts below are a record of that version, "
+        "not of the published verdicts, and the scorecard leaves them out. Re-run with "
+        f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
     minutes = sum(p.get("wall_time_s") or 0 for p in prov) / 60
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     rows = []
@@ -86,7 +109,7 @@ def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> 
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
             f"({len(summary.get('runs_done', []))} runs, {minutes:.0f} min of runs in all; commit "
             f"{', '.join(f'`{c}`' for c in commits)}). Failed runs: {len(summary.get('runs_failed', []))}.",
-            "", table, ""]
+            "", *stale, table, ""]
 
 
 def write_page(book: Path, dest: Path | None = None) -> Path:

@@ -415,6 +415,7 @@ def summarize(sweep_dir: Path) -> dict:
         runs.append(rid)
         prov = res.get("provenance", {})
         provenance[rid] = {"params": params, "git_commit": prov.get("git_commit"),
+                           "chapter_code": prov.get("chapter_code"),
                            "date": prov.get("date"), "wall_time_s": prov.get("wall_time_s")}
         gkey = _key({k: v for k, v in params.items() if not _is_seed(k)})
         g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {}})
