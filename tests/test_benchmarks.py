@@ -45,3 +45,22 @@ def test_sde_benchmark_vectorised_equals_loop(tmp_path):
     rec = _run("bench_sde.py", tmp_path, "--n", "60", "--dim", "8", "--shuffles", "6", "--loop-shuffles", "3")
     m = rec["measurements"]
     assert m["max_abs_diff"] <= 1e-8 and m["loop_scaled_by"] == 2
+
+
+def test_sweep_benchmark_times_a_run_and_a_seed_sweep(tmp_path):
+    if not os.environ.get("MEMLAB_DATA_ROOT"):
+        import pytest
+
+        pytest.skip("needs MEMLAB_DATA_ROOT")
+    rec = _run("bench_sweep.py", tmp_path, "05_capacity", "--profile", "smoke", "--seeds", "2", "--workers", "2")
+    (row,) = rec["measurements"]["rows"]
+    assert row["chapter"] == "05_capacity" and row["seeds"] == 2 and row["workers"] == 2
+    assert row["single_run_s"] > 0 and row["sweep_s"] > 0
+    assert row["parallel_efficiency"] == round(2 * row["single_run_s"] / (2 * row["sweep_s"]), 3)
+
+
+def test_sweep_benchmark_refuses_an_unknown_chapter(tmp_path):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sweep.py"), "07_nope"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "unknown chapter '07_nope'" in out.stderr and not any(tmp_path.iterdir())
