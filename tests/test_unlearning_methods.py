@@ -12,10 +12,11 @@ from memlab.unlearning import registry
 from memlab.unlearning.pgu import core_projections
 from memlab.unlearning.retrain import reinitialise
 from memlab.unlearning.salun import saliency_mask
-from memlab.unlearning.ssd import dampen
+from memlab.unlearning._common import UnlearningDiverged, check_finite
+from memlab.unlearning.ssd import dampen, importances
 
 BN_MODES = {"Retrain": "n/a", "GA": "train", "GA+FT": "train", "SalUn": "train", "SCRUB": "train",
-            "BadTeacher": "eval", "IncompTeacher": "train", "NoiseInject": "train", "SSD": "train", "PGU": "eval"}
+            "BadTeacher": "eval", "IncompTeacher": "train", "NoiseInject": "mixed", "SSD": "eval", "PGU": "eval"}
 TINY = {
     "Retrain": dict(epochs=1, batch_size=16),
     "GA": dict(steps=2, batch_size=8),
@@ -62,7 +63,7 @@ def test_method_returns_new_model_and_leaves_input_untouched(name, model, splits
     assert not bn.weights_equal(out, model)  # every method moves some weight
     if BN_MODES[name] == "eval":  # misalignment: weights drift, statistics stay
         assert _buffers_equal(out, model)
-    elif BN_MODES[name] == "train":  # forget/retain batches flow through the BN moving average
+    else:  # 'train' or 'mixed': forget/retain batches flow through the BN moving average
         assert not _buffers_equal(out, model)
 
 
@@ -163,3 +164,50 @@ def test_badteacher_pulls_forget_outputs_toward_the_incompetent_teacher(model, s
         p0 = F.softmax(model.eval()(splits.forget_x), 1)[:, 0].mean()
         p1 = F.softmax(out(splits.forget_x), 1)[:, 0].mean()
     assert p1 < p0
+
+
+def test_ssd_follows_the_reference_eval_mode_order(model, splits):
+    # ssd_tuning: model.eval(), forget importances, then those of D, then dampen; BN untouched.
+    hp = dict(alpha=2.0, lam=1.0, batch_size=8)
+    out = registry.get("SSD").fn(model, splits, hp)
+    ref = copy.deepcopy(model).eval()
+    full_x = torch.cat([splits.retain_x, splits.forget_x])
+    full_y = torch.cat([splits.retain_y, splits.forget_y])
+    perm = torch.randperm(len(full_x), generator=torch.Generator().manual_seed(0))
+    kw = dict(batch_size=8, max_batches=0, bn_mode="eval", desc="ref")
+    imp_f = importances(ref, splits.forget_x, splits.forget_y, **kw)
+    imp_d = importances(ref, full_x[perm], full_y[perm], **kw)
+    assert dampen(ref, imp_d, imp_f, 2.0, 1.0) > 0
+    assert all(torch.equal(a, b) for a, b in zip(out.state_dict().values(), ref.state_dict().values()))
+    assert _buffers_equal(out, model)  # misalignment only: running statistics unchanged
+
+
+def test_noiseinject_repair_keeps_the_running_statistics(model, splits):
+    # With the impair step switched off only the repair runs: weights move, BN buffers stay.
+    hp = dict(noise_batch=4, noise_steps=1, retain_per_class=4, batch_size=8, impair_epochs=0)
+    out = registry.get("NoiseInject").fn(model, splits, hp)
+    assert _buffers_equal(out, model) and not bn.weights_equal(out, model)
+
+
+def test_diverged_method_fails_loudly_naming_it(model, splits):
+    with pytest.raises(UnlearningDiverged, match=r"^GA: the unlearned model has non-finite"):
+        registry.get("GA").fn(model, splits, dict(steps=3, lr=1e30, batch_size=8))
+
+
+def test_nan_guard_checks_weights_buffers_and_logits(model, splits):
+    check_finite(model, "ok", splits.retain_x[:4])  # a finite model passes
+    for name in ("conv1.weight", "bn1.running_var"):
+        bad = copy.deepcopy(model)
+        with torch.no_grad():
+            dict(bad.state_dict(keep_vars=True))[name].view(-1)[0] = float("nan")
+        with pytest.raises(UnlearningDiverged, match="PGU: .*first '" + name.replace(".", r"\.") + "'"):
+            check_finite(bad, "PGU", splits.retain_x[:4])
+    huge = nn.Sequential(nn.Flatten(), nn.Linear(3 * 16 * 16, 2))
+    with torch.no_grad():
+        huge[1].weight.fill_(3e38)  # finite weights whose logits overflow to inf
+    with pytest.raises(UnlearningDiverged, match="SSD: the unlearned model's logits are non-finite"):
+        check_finite(huge, "SSD", splits.retain_x[:4].abs() + 1)
+    guarded = registry._guarded("Fake", lambda m, s, c: huge)
+    with pytest.raises(UnlearningDiverged, match="^Fake: "):
+        guarded(model, registry.Splits(splits.forget_x, splits.forget_y, splits.retain_x.abs() + 1,
+                                       splits.retain_y, 4))

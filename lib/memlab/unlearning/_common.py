@@ -81,16 +81,17 @@ def take(x: torch.Tensor, idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
 
 def ce_steps(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: Iterator[torch.Tensor],
              opt: torch.optim.Optimizer, steps: int, *, desc: str, ascent: bool = False,
-             on_step=None) -> nn.Module:
+             on_step=None, bn_mode: str = "train") -> nn.Module:
     """``steps`` optimiser steps on the cross-entropy of (x[idx], y[idx]), idx drawn from ``batches``.
 
     x: (N, C, H, W) images, y: (N,) labels; ``batches`` yields (B,) index
     tensors. Minimises the loss, or maximises it with ``ascent`` (gradient
-    ascent). BN runs in train mode; ``net`` is updated in place and returned in
-    eval mode. ``on_step(step, net)``, if given, is called after every step (1-based).
+    ascent). BN runs in ``bn_mode`` (see :func:`set_bn_mode`; 'eval' keeps the
+    running statistics); ``net`` is updated in place and returned in eval mode.
+    ``on_step(step, net)``, if given, is called after every step (1-based).
     """
     dev = device_of(net)
-    set_bn_mode(net, "train")
+    set_bn_mode(net, bn_mode)
     for step in progress(range(1, steps + 1), desc=desc):
         idx = next(batches)
         loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
@@ -102,3 +103,35 @@ def ce_steps(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: Iterator
         if on_step is not None:
             on_step(step, net)
     return net.eval()
+
+
+class UnlearningDiverged(RuntimeError):
+    """An unlearning method produced non-finite weights, buffers or outputs (NaN/inf).
+
+    Such a model must never be scored: the argmax of NaN logits is class 0, so a diverged
+    model reads as a perfect (or a zero) forget accuracy depending on the forget class.
+    """
+
+
+@torch.no_grad()
+def check_finite(model: nn.Module, method: str, probe: torch.Tensor | None = None) -> None:
+    """Raise :class:`UnlearningDiverged` naming ``method`` if ``model`` holds a NaN/inf.
+
+    Checks every parameter and buffer, then (when ``probe``, a (B, C, H, W) image batch,
+    is given) the logits of an eval-mode forward pass on it.
+    """
+    bad = [n for n, t in (*model.named_parameters(), *model.named_buffers())
+           if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise UnlearningDiverged(
+            f"{method}: the unlearned model has non-finite values (NaN/inf) in {len(bad)} tensor(s), "
+            f"first {bad[0]!r}; it diverged and is not scored (lower its lr or steps)")
+    if probe is not None and len(probe):
+        was = model.training
+        model.eval()
+        out = model(probe.to(device_of(model)))
+        model.train(was)
+        if not bool(torch.isfinite(out).all()):
+            raise UnlearningDiverged(
+                f"{method}: the unlearned model's logits are non-finite (NaN/inf) on {len(probe)} retain "
+                f"images; it diverged and is not scored (lower its lr or steps)")

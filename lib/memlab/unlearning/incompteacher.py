@@ -5,6 +5,11 @@ distilled only toward the randomly initialised (incompetent) teacher on
 forget batches, without the competent-teacher retain term, and BN is left in
 train mode, so forget batches also overwrite the running statistics (BN
 *corruption*, where BadTeacher shows *misalignment*).
+
+How much corruption depends on the number of train-mode batches: BN's momentum of 0.1
+leaves 0.9**k of the old running statistics after k forget batches (4 batches: 66%,
+16 batches: 19%), so a run of a few steps barely moves them. The chapter's profiles give
+it several epochs over the forget set (``epochs``).
 """
 from __future__ import annotations
 

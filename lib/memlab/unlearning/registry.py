@@ -3,6 +3,10 @@
 Each method also records how it treats BatchNorm during unlearning, which
 decides whether it corrupts running statistics (train mode: forget data flows
 through the EMA) or misaligns them (eval mode: weights move, statistics stay).
+
+Every registered function is guarded: a result with a NaN/inf weight, buffer or logit
+raises :class:`memlab.unlearning._common.UnlearningDiverged` naming the method, so a
+diverged model is never scored (its argmax would read as class 0).
 """
 from __future__ import annotations
 
@@ -43,12 +47,29 @@ def register(name: str, bn_mode: str):
         raise ValueError(f"parameter 'bn_mode': must be one of {BN_MODES} (got {bn_mode!r})")
 
     def deco(fn):
-        if name in _REGISTRY and _REGISTRY[name].fn is not fn:
+        if name in _REGISTRY and _REGISTRY[name].fn.__wrapped__ is not fn:
             raise ValueError(f"unlearning method {name!r} is registered twice")
-        _REGISTRY[name] = Method(name, fn, bn_mode, (fn.__doc__ or "").strip().split("\n")[0])
-        return fn
+        guarded = _guarded(name, fn)
+        _REGISTRY[name] = Method(name, guarded, bn_mode, (fn.__doc__ or "").strip().split("\n")[0])
+        return guarded
 
     return deco
+
+
+def _guarded(name: str, fn):
+    """``fn`` that fails loudly (UnlearningDiverged, naming the method) instead of returning a
+    model with NaN/inf weights, buffers or logits on a few retain images."""
+    import functools
+
+    from memlab.unlearning._common import check_finite
+
+    @functools.wraps(fn)
+    def run(model: nn.Module, splits: Splits, cfg: Mapping[str, Any] | None = None) -> nn.Module:
+        out = fn(model, splits, cfg)
+        check_finite(out, name, splits.retain_x[:64])
+        return out
+
+    return run
 
 
 def _load_all() -> None:

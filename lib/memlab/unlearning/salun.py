@@ -1,17 +1,23 @@
 """SalUn (Fan et al., 2024): saliency-masked random-label unlearning.
 
 1. Saliency: accumulate |grad| of the forget-set loss over all forget data
-   (model in eval mode, as in the reference ``generate_mask``); keep the
+   (model in eval mode, as in the reference ``generate_mask.py``); keep the
    top ``mask_ratio`` fraction of weights, ranked globally.
 2. Random labelling: fine-tune with forget images relabelled uniformly at
    random, gradients multiplied by the mask, BN in train mode.
 
-``retain_mix`` is the fraction of every batch drawn from the retain set with
-its true labels. The reference code base shuffles relabelled forget data into
-the retain data; the pipeline the paper audits runs forget batches, and its
-Appendix Q sweeps this fraction (a retain share of at least 25% removes the
-observed gap). With BN in train mode, a forget-only batch rewrites the running
-statistics toward the forget class: the BN corruption of the paper.
+What the reference does (github.com/OPTML-Group/Unlearn-Saliency,
+``Classification/unlearn/RL.py``): for CIFAR-10 (and SVHN) every epoch is a forget-only
+pass over the randomly relabelled forget loader followed by a retain-only pass over the
+retain loader with true labels, both with ``model.train()``; only for CIFAR-100 and
+Tiny-ImageNet is the relabelled forget set concatenated with the retain set and shuffled.
+Its CIFAR-10 retain pass therefore re-estimates the BN statistics after the forget pass.
+The BN-illusion paper audits a pipeline whose last batches are forget batches (its SalUn
+gap is +62.1 pp) and sweeps the retain share of each batch in Appendix Q (a share of at
+least 25% removes the gap). We implement that audited pipeline: ``retain_mix`` is the
+fraction of every batch drawn from the retain set with true labels (0 by default), and
+with BN in train mode a forget-heavy batch rewrites the running statistics toward the
+forget class: the BN corruption of the paper.
 """
 from __future__ import annotations
 

@@ -1,12 +1,17 @@
 """SSD, Selective Synaptic Dampening (Foster et al., 2024).
 
 Importances are the mean squared gradients of the cross-entropy, over the
-full training data D and over the forget set D_f. Every parameter with
+forget set D_f and over the full training data D. Every parameter with
 ``imp_f > alpha * imp_D`` is multiplied by ``min(lambda * imp_D / imp_f, 1)``.
-No gradient step is taken. The importance passes run the model in train mode,
-as the reference does when it is handed a model straight from training; the
-forget pass comes last, so BN running statistics end up estimated on the
-forget class (corruption).
+No gradient step is taken.
+
+As in the reference ``ssd_tuning`` (github.com/if-loops/selective-synaptic-dampening,
+``src/forget_full_class_strategies.py``: ``model = model.eval()``, then the forget-set
+importances, then those of D, then ``modify_weight``), both importance passes run in eval
+mode, so the BN running statistics are never touched while the weights are dampened:
+BN *misalignment*. The reference CIFAR values are alpha = 10, lambda = 1; a smaller
+network concentrates the forget class in fewer weights, so the chapter's smaller profiles
+raise alpha (fewer weights selected) to keep retain accuracy.
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ def dampen(model: nn.Module, imp_full: dict[str, torch.Tensor], imp_forget: dict
     return changed
 
 
-@register("SSD", bn_mode="train")
+@register("SSD", bn_mode="eval")
 def ssd(model: nn.Module, splits, cfg=None) -> nn.Module:
     """cfg keys: alpha, lam, batch_size, max_batches, seed."""
     hp = hparams(cfg, DEFAULTS, "SSD")
@@ -68,8 +73,8 @@ def ssd(model: nn.Module, splits, cfg=None) -> nn.Module:
     full_x = torch.cat([splits.retain_x, splits.forget_x])
     full_y = torch.cat([splits.retain_y, splits.forget_y])
     perm = torch.randperm(len(full_x), generator=g)
-    kw = dict(batch_size=hp["batch_size"], max_batches=hp["max_batches"], bn_mode="train")
-    imp_full = importances(net, full_x[perm], full_y[perm], desc="SSD (D)", **kw)
+    kw = dict(batch_size=hp["batch_size"], max_batches=hp["max_batches"], bn_mode="eval")
     imp_forget = importances(net, splits.forget_x, splits.forget_y, desc="SSD (D_f)", **kw)
+    imp_full = importances(net, full_x[perm], full_y[perm], desc="SSD (D)", **kw)
     dampen(net, imp_full, imp_forget, hp["alpha"], hp["lam"])
     return net.eval()
