@@ -4,6 +4,7 @@
     memlab book [--profile P] [--chapters ID ...]
     memlab render [--root DIR]
     memlab list
+    memlab exercises build [CHAPTER ...] [--book] | memlab exercises grade PATH ...   (memlab.exercises)
     memlab sweep CHAPTER [--profile P] -p NAME VALUES ... | memlab sweep --summary DIR   (memlab.sweep)
 
 ``run`` checks the chapter name, every parameter name and value against the
@@ -27,6 +28,7 @@ from typing import Any, Sequence
 
 from memlab.chapters import CHAPTERS
 from memlab.book import BuildError, render
+from memlab import exercises
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
 
 
@@ -448,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
+    exercises.add_subparser(sub)  # memlab exercises build|grade (memlab.exercises)
     sw = sub.add_parser("sweep", help="run a chapter over a grid of parameter values on Dask",
                         description="Run the Cartesian product of the -p values as independent chapter runs "
                                     "(one folder each, never the published book). VALUES: one value, a list "
@@ -607,6 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             render()
         elif args.command == "sweep":
             _sweep_command(parser, args, pairs)
+        elif args.command == "exercises":
+            return exercises.main(args)
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
         elif args.command == "list":

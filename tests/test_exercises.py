@@ -1,0 +1,154 @@
+"""The course kit (memlab.exercises): otter-grader masters, student versions, autograders.
+
+The autograder is proven both ways for every chapter's master: the solved notebook scores
+100%, the untouched student notebook scores 0 on every autograded question, and a
+deliberately wrong answer fails exactly the question it should. The student versions (the
+build's and the book's copies) carry no solution line, sample answer or hidden test.
+Grading is otter's local runner (no Docker), one kernel per notebook; every exercise is tiny.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from memlab import cli, exercises
+from memlab.chapters import CHAPTERS
+
+REPO = Path(__file__).resolve().parents[1]
+MASTERS = exercises.masters(REPO)
+
+# One deliberately wrong answer per chapter: (text of the solution, wrong text, the question
+# that must fail). The others must still score in full: a wrong answer costs only its own points.
+WRONG = {
+    "02_sde": ("np.trace(k @ h @ l @ h)", "np.trace(k @ l)", "q1"),  # HSIC without centring
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread(monkeypatch_module):
+    monkeypatch_module.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch_module.setenv("MEMLAB_PROGRESS", "0")
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, _one_thread):
+    out = tmp_path_factory.mktemp("exercises-build")
+    t0 = time.perf_counter()
+    paths = exercises.build(out=out, root=REPO)
+    print(f"exercises: built {len(paths)} assignments in {time.perf_counter() - t0:.1f} s")
+    return paths
+
+
+def _graded_questions(chapter: str) -> dict[str, float]:
+    qs = exercises.questions(exercises.read_master(MASTERS[chapter]))
+    return {q["name"]: float(q["points"]) for q in qs if not q["manual"]}
+
+
+def test_every_chapter_has_a_master_with_graded_and_rerun_exercises():
+    assert MASTERS and set(MASTERS) <= set(CHAPTERS), "exercises/<chapter>.py are named after chapters"
+    for chapter, path in MASTERS.items():
+        qs = exercises.questions(exercises.read_master(path))
+        auto = [q for q in qs if not q["manual"]]
+        assert len(qs) >= 3, f"{chapter}: at least three exercises"
+        assert len(auto) >= 2, f"{chapter}: at least two autograded exercises"
+        assert any(q["manual"] for q in qs), f"{chapter}: a manually graded re-run exercise"
+        text = path.read_text()
+        assert f"memlab run {chapter}" in text, f"{chapter}: the open exercise re-runs the chapter"
+        for q in auto:
+            assert q["n_tests"] > q["n_hidden"] >= 1, f"{chapter} {q['name']}: public and hidden tests"
+
+
+@pytest.mark.parametrize("chapter", sorted(MASTERS))
+def test_autograder_gives_the_master_full_marks_and_the_stub_none(built, chapter):
+    paths = built[chapter]
+    graded = _graded_questions(chapter)
+    t0 = time.perf_counter()
+    solved = exercises.grade_one(paths["solved"], paths["autograder"])
+    stub = exercises.grade_one(paths["student"], paths["autograder"])
+    print(f"{chapter}: graded master and stub in {time.perf_counter() - t0:.1f} s")
+    assert solved["error"] is None and stub["error"] is None, (solved["error"], stub["error"])
+    assert set(solved["questions"]) == set(graded), "the autograder grades exactly the autograded questions"
+    for q, pts in graded.items():
+        assert solved["questions"][q] == {"score": pts, "possible": pts}, f"master {q}: {solved['questions'][q]}"
+        assert stub["questions"][q]["score"] == 0, f"untouched stub scores on {q}: {stub['questions'][q]}"
+    assert solved["percent"] == 1.0 and stub["score"] == 0
+
+
+@pytest.mark.parametrize("chapter", sorted(WRONG))
+def test_a_wrong_answer_fails_the_question_it_should(built, chapter, tmp_path):
+    old, new, failing = WRONG[chapter]
+    wrong = exercises.with_answer_replaced(built[chapter]["solved"], old, new, tmp_path / f"{chapter}.ipynb")
+    res = exercises.grade_one(wrong, built[chapter]["autograder"])
+    for q, pts in _graded_questions(chapter).items():
+        got = res["questions"][q]["score"]
+        if q == failing:
+            assert got < pts, f"{chapter}: {new!r} instead of {old!r} must fail {q} (scored {got}/{pts})"
+        else:
+            assert got == pts, f"{chapter}: the wrong {failing} must not cost {q} its points ({got}/{pts})"
+
+
+def _secrets(chapter: str, autograder: Path) -> list[str]:
+    frags = exercises.secret_fragments(exercises.read_master(MASTERS[chapter]))
+    for code in exercises.hidden_test_code(autograder):
+        frags += [l[4:].strip() for l in code.splitlines() if len(l[4:].strip()) >= 12]
+    return frags
+
+
+def test_student_versions_carry_no_solutions_or_hidden_tests(built):
+    for chapter, paths in built.items():
+        frags = _secrets(chapter, paths["autograder"])
+        assert len(frags) >= 10, f"{chapter}: the secret fragments were not found (parser broken?)"
+        student = nbformat.read(str(paths["student"]), as_version=4)
+        text = "\n".join(c.source for c in student.cells) + json.dumps(student.metadata)
+        leaked = [f for f in frags if f in text]
+        assert not leaked, f"{chapter}: the student notebook shows {leaked[:3]}"
+        solved = "\n".join(c.source for c in nbformat.read(str(paths["solved"]), as_version=4).cells)
+        present = sum(f in solved for f in exercises.secret_fragments(exercises.read_master(MASTERS[chapter])))
+        assert present > 0, f"{chapter}: the solved notebook lost its solutions"
+
+
+def test_book_pages_are_the_current_student_versions(built):
+    """book/exercises/<chapter>.ipynb (what the book renders) equals a fresh student build."""
+    for chapter, paths in built.items():
+        page = REPO / exercises.BOOK_SUBDIR / f"{chapter}.ipynb"
+        assert page.exists(), f"{page} missing: run `memlab exercises build --book`"
+        fresh = [c.source for c in nbformat.read(str(paths["student"]), as_version=4).cells]
+        pub = [c.source for c in nbformat.read(str(page), as_version=4).cells]
+        assert pub == fresh, f"{page} is stale: run `memlab exercises build --book`"
+        text = page.read_text()
+        assert not [f for f in _secrets(chapter, paths["autograder"]) if f in text]
+
+
+def test_a_students_variant_changes_only_their_knobs_and_grades_in_full(built, tmp_path):
+    paths = built["02_sde"]
+    a = exercises.make_variant(paths["solved"], "student-17", tmp_path / "a" / "02_sde.ipynb")
+    b = exercises.make_variant(paths["solved"], "student-17", tmp_path / "b" / "02_sde.ipynb")
+    c = exercises.make_variant(paths["solved"], "student-18", tmp_path / "c" / "02_sde.ipynb")
+    assert a == b and set(a) == {"SEED"} and a != c, "stable per student, different between students"
+    src = (tmp_path / "a" / "02_sde.ipynb").read_text()
+    assert f"SEED = {a['SEED']}  # per-student" in src
+    res = exercises.grade_one(tmp_path / "a" / "02_sde.ipynb", paths["autograder"])
+    assert res["percent"] == 1.0, "one autograder grades every student's variant"
+
+
+def test_bad_requests_fail_in_one_line_before_any_work(tmp_path, capsys):
+    assert cli.main(["exercises", "build", "09_nonsense"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'09_nonsense'" in err and "02_sde" in err
+    assert cli.main(["exercises", "build", "--out", str(REPO / "book" / "x")]) == 2
+    assert "inside book/" in capsys.readouterr().err
+    assert cli.main(["exercises", "grade", str(tmp_path / "nothing.ipynb")]) == 2
+    assert "nothing.ipynb" in capsys.readouterr().err
+    with pytest.raises(exercises.ExerciseError, match="student id"):
+        exercises.variant_values("bad id!", ["SEED"])
