@@ -41,12 +41,19 @@
 # itself (the `paper` profile loads the DeepSeek distillates instead). Probes live in
 # `memlab.canaries`, data in `memlab.data.authors`, the pipeline in
 # `memlab.experiments.ch03_canary_audit`. Intervals are 95% percentile bootstraps over authors.
+#
+# NPO here is the paper's: the forgetting loss alone, masked to the answer span, with
+# $\beta = 0.1$ and the memorised adapter as the reference. The paper mentions no retain term,
+# so none is added by default; an NPO variant with a retain NLL term is shown in its own
+# section, apart from the audit.
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
 params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
+import time
+
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
@@ -58,6 +65,7 @@ CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 cfg = config.resolve(CH, profile=profile, **params)
 run = results.Run(cfg)
 run.provenance_box()
+T_START = time.perf_counter()  # for the cost statement at the end
 K_MAX = max(cfg.unlearn_steps)
 PAPER_K = [100, 400, 800, 1600]
 
@@ -110,8 +118,10 @@ display(
         )
         + f"; {cfg.n_authors} authors, head of {cfg.head_len} tokens, LoRA rank"
         f" {cfg.lora_rank}, {cfg.lora_steps} memorisation steps; NPO beta ="
-        f" {cfg.beta}, retain weight {cfg.retain_weight}, K in {cfg.unlearn_steps} at"
-        f" learning rate {cfg.unlearn_lr}; seeds {cfg.seeds}."
+        f" {cfg.beta}, retain weight {cfg.retain_weight}"
+        + (" (the paper's NPO)" if cfg.retain_weight == 0 else "")
+        + f", K in {cfg.unlearn_steps} at learning rate {cfg.unlearn_lr}; seeds"
+        f" {cfg.seeds}."
     )
 )
 if cfg.n_authors < 60 or cfg.model == "small":
@@ -120,13 +130,49 @@ if cfg.n_authors < 60 or cfg.model == "small":
             "**Scale.** The paper memorises 60 authors into a 7B model and sweeps K up"
             f" to 1600 NPO steps. This run uses {cfg.n_authors} authors (so every"
             f" interval is a bootstrap over {cfg.n_authors} authors) and a model"
-            " pre-trained here in a few CPU minutes. The K sweep and the NPO learning"
-            " rate are scaled so the sweep runs from barely touched to strongly"
-            " unlearned within the CPU budget (a pilot at a 5x larger rate erased"
-            " every probe, trace included, within 10 steps); they were not tuned"
-            " toward any paper number."
+            " pre-trained here in a few CPU minutes. The number of LoRA steps was"
+            " chosen by the memorised state alone: enough that K = 0 is at ceiling,"
+            " as in the paper (375 steps left 4 of 30 authors unmemorised, out acc"
+            " 0.87; 750 give out acc, thk leak, QA and retain all at 1.00). The K"
+            " grid and the NPO learning rate are scaled so the sweep runs from"
+            " barely touched to fully unlearned within the CPU budget, densely"
+            " enough to pass through the paper's audited state (a pilot at a 5x"
+            " larger rate erased every probe, trace included, within 10 steps);"
+            " none of them was tuned toward a gap, a Delta_AB or a verdict."
         )
     )
+
+# %% [markdown]
+# ## The audited state, defined before the run
+#
+# The paper audits one state of its weights: "After NPO, out acc falls from 1.00 to 0.60 while
+# thk leak stays at 0.83" (Section 4.1, at its largest K = 1600). Its prefill and
+# teacher-forced numbers are taken there. Our K scale differs, so the audited K is defined by
+# that state, as shares of the memorised (K = 0) values, and by nothing else (never by the gap
+# or $\Delta_{AB}$):
+#
+# 1. candidates are the K > 0 of the first seed's sweep whose thk leak is at least 0.8 of its
+#    K = 0 value (the paper's 0.83 / 1.00);
+# 2. the audited K is the candidate whose out acc is nearest 0.6 of its K = 0 value (the
+#    paper's 0.60 / 1.00; ties go to the smaller K);
+# 3. the paper's state counts as *reached* when that share lies within the binomial sampling
+#    band $1.96\sqrt{0.6 \cdot 0.4 / n}$ of 0.6 ($\pm 0.18$ at $n = 30$ authors).
+#
+# Both seeds are read at the same K, as the paper reads both of its seeds at K = 1600. When the
+# state is not reached, every claim made at the audited K is "not judged". The rule is
+# `memlab.experiments.ch03_canary_audit.audit_state`. In the open: an earlier version of this
+# chapter took the largest K whose thk leak was still half its K = 0 value; on a coarse grid that
+# picked weights whose answer side was fully erased (out acc 0.00), a state the paper never
+# audits. This rule replaced it before the run published here.
+
+# %%
+display(
+    Markdown(
+        f"Rule constants: out acc share {ch.AUDIT_OUT_FRAC}, thk leak share >="
+        f" {ch.AUDIT_THK_FRAC}, band at {cfg.n_authors} authors"
+        f" +-{ch.audit_band(cfg.n_authors):.2f}."
+    )
+)
 
 # %% [markdown]
 # ## The bypass gap over the K sweep
@@ -153,9 +199,35 @@ run.record(
     ksweep={f"s{s}": ch.jsonable_summary(r["summary"]) for s, r in bio.items()},
 )
 frame = ch.ksweep_frame({s: r["summary"] for s, r in bio.items()})
-K_AUDIT = ch.audit_k(bio[cfg.seeds[0]]["summary"])
-run.record(audit_k=K_AUDIT)
+AUDIT = ch.audit_state(bio[cfg.seeds[0]]["summary"], cfg.n_authors)
+K_AUDIT = AUDIT["K"]
+run.record(audit_k=K_AUDIT, audit=AUDIT)
 
+# %% [markdown]
+# **The memorised state.** The audit starts from adapters that hold every author: in the paper
+# out acc is 1.00 before unlearning. Table 3.0 gives our K = 0 state per seed (QA: the three
+# author questions per author; retain: the 60 generic probes).
+
+# %%
+regime = ch.regime_frame(
+    {f"BIO, seed {s}": r["summary"] for s, r in bio.items()}, cfg.n_authors
+)
+run.record(regime=regime.to_dict(orient="index"))
+display(
+    Markdown(
+        f"**Table 3.0.** The memorised adapters at K = 0 ({cfg.lora_steps} LoRA"
+        f" steps, {cfg.n_authors} authors) beside the paper's starting point."
+    )
+)
+display(
+    paper.side_by_side(
+        regime,
+        paper.table(CH, "regime"),
+        metrics=["out_acc", "thk_leak", "qa_acc", "retain_acc"],
+    ).round(2)
+)
+
+# %%
 
 def paper_label(k):
     if k == 0:
@@ -205,6 +277,8 @@ for ax, title in zip(axes, ["out acc", "thk leak", "gap = thk leak - out acc"]):
     ax.set_title(title)
     ax.set_xlabel("NPO steps K")
 axes[2].axhline(0, color="grey", lw=0.8)
+for ax in axes:
+    ax.axvline(K_AUDIT, color="grey", ls=":", lw=1)
 axes[0].legend()
 _ = plotting.publish(fig, "ksweep", CH)
 
@@ -212,27 +286,27 @@ _ = plotting.publish(fig, "ksweep", CH)
 # ```{glue:figure} 03_canary_audit-ksweep
 # :name: fig-03-ksweep
 # The parser-split audit over the NPO sweep (BIO template): answer-side canary rate, trace-side
-# canary rate and their gap with 95% author-clustered intervals, one line per seed.
+# canary rate and their gap with 95% author-clustered intervals, one line per seed; the dotted
+# line is the audited K.
 # ```
 
 # %% [markdown]
-# **Which K is audited.** The paper audits weights whose answer side is unlearned while the trace
-# still carries the canary (thk leak 0.83 at its largest K). Our scaled sweep can overshoot into
-# weights where every probe, trace included, is erased. The prefill and teacher-forced tables and
-# the claims therefore use the *audited K*: the largest K at which the first seed's thk leak is
-# still at least half its K = 0 value (the rule is `memlab.experiments.ch03_canary_audit.audit_k`; it
-# looks only at the trace, never at the gap). The largest K is shown beside it. In the open: this
-# rule was added after a first `cpu` run in which the largest K (100) had erased every probe, so
-# that every claim about an "unlearned answer with an intact trace" was vacuously not reproduced
-# there; at the largest K the claims below would still fail for that reason.
+# **The audited K** follows from the rule above (dotted line in {numref}`fig-03-ksweep`); the
+# prefill and teacher-forced tables and the claims use it, with K = 0 and the largest K beside.
 
 # %%
-display(Markdown(f"Audited K for this run: **K = {K_AUDIT}** (largest K: {K_MAX})."))
+display(
+    Markdown(
+        f"Audited K for this run: **K = {K_AUDIT}** (largest K: {K_MAX}); the"
+        f" paper's state is {'reached' if AUDIT['reached'] else '**not reached**'}:"
+        f" {AUDIT['evidence']}."
+    )
+)
 
 # %% [markdown]
 # ## Prefill intervention at fixed weights
 #
-# At the audited K (and at the largest K) the weights are frozen and the thinking trace is replaced by a fixed prefill
+# At the audited K (with K = 0 and the largest K beside it) the weights are frozen and the thinking trace is replaced by a fixed prefill
 # built from the training traces' opening sentences (none contains the canary): BIO (the bio
 # template's opening and birth sentence), META (the META template's opening) or EMPTY.
 # In the prefill arms the trace leak is zero by construction; only out acc is compared.
@@ -240,7 +314,9 @@ display(Markdown(f"Audited K for this run: **K = {K_AUDIT}** (largest K: {K_MAX}
 # %%
 rows, tf_rows = {}, {}
 for s, r in bio.items():
-    for k, tag in ((K_AUDIT, ""), (0, ", K=0"), (K_MAX, f", K={K_MAX}")):
+    # K = 0 first: at K = 0 the prefill arms show what the probe does before any
+    # unlearning, so Delta_AB there is the probe's own offset
+    for k, tag in ((0, ", K=0"), (K_AUDIT, ""), (K_MAX, f", K={K_MAX}")):
         if tag and k == K_AUDIT:
             continue
         sm = r["summary"][k]
@@ -258,7 +334,7 @@ display(
         "**Table 3.2.** Out acc at fixed weights, autoregressive thinking (AUTO)"
         " against each prefill; Delta_AB = AUTO - BIO prefill with its interval. Rows"
         f" without a K are the audited K = {K_AUDIT} (the paper's rows are its K ="
-        " 1600)."
+        " 1600); the K=0 rows are the memorised adapter, before unlearning."
     )
 )
 display(
@@ -275,19 +351,25 @@ fig, ax = plotting.figure("single")
 arms = ["AUTO", *cfg.prefills]
 width = 0.8 / len(bio)
 for i, (s, r) in enumerate(bio.items()):
-    sm = r["summary"][K_AUDIT]
+    sm, s0 = r["summary"][K_AUDIT], r["summary"][0]
     vals = [sm["auto"]["out_acc"]] + [sm["prefill"][m] for m in cfg.prefills]
+    base = [s0["auto"]["out_acc"]["mean"]]
+    base += [s0["prefill"][m]["mean"] for m in cfg.prefills]
     means = np.array([v["mean"] for v in vals])
     err = np.array(
         [[v["mean"] - v["low"] for v in vals], [v["high"] - v["mean"] for v in vals]]
     )
+    x = np.arange(len(arms)) + i * width
+    bars = ax.bar(x, means, width, yerr=err, capsize=3, label=f"seed {s}, K={K_AUDIT}")
+    # the same arms at K = 0 as outlines: what the probe gives before unlearning
     ax.bar(
-        np.arange(len(arms)) + i * width,
-        means,
+        x,
+        base,
         width,
-        yerr=err,
-        capsize=3,
-        label=f"seed {s}",
+        fill=False,
+        edgecolor=bars.patches[0].get_facecolor(),
+        ls="--",
+        label=f"seed {s}, K=0",
     )
 ax.set_xticks(np.arange(len(arms)) + width * (len(bio) - 1) / 2, arms)
 ax.set_ylabel("out acc")
@@ -299,7 +381,8 @@ _ = plotting.publish(fig, "prefill", CH)
 # ```{glue:figure} 03_canary_audit-prefill
 # :name: fig-03-prefill
 # Out acc on identical weights (audited K) when the model thinks for itself (AUTO) or its
-# thinking is replaced by a canary-free prefill; bars show 95% author-clustered intervals.
+# thinking is replaced by a canary-free prefill; bars show 95% author-clustered intervals, dashed
+# outlines the same arms on the memorised adapter (K = 0).
 # ```
 #
 # ## Teacher-forced canary probe
@@ -320,6 +403,18 @@ display(
     paper.side_by_side(
         tf_ours, paper.table(CH, "teacher_forced"), metrics=list(cfg.prefills)
     ).round(3)
+)
+tf_a = bio[cfg.seeds[0]]["summary"][K_AUDIT]["tf"]
+low_mode = min(tf_a, key=lambda m: tf_a[m]["mean"])
+display(
+    Markdown(
+        f"Lowest at the audited K (seed {cfg.seeds[0]}): {low_mode}"
+        f" {tf_a[low_mode]['mean']:.3f}, a margin of"
+        f" {tf_a[low_mode]['mean'] - ch.TF_FLOOR:+.3f} to the claim's {ch.TF_FLOOR}"
+        " (the paper's own minimum, EMPTY 0.90) against a noise band of"
+        f" +-{(tf_a[low_mode]['high'] - tf_a[low_mode]['low']) / 2:.3f} (half its 95%"
+        " author-clustered interval); inside the band the claim is not judged."
+    )
 )
 
 # %% [markdown]
@@ -382,7 +477,10 @@ display(pd.DataFrame(examples, columns=["K", "author", "answer after </think>"])
 # banned, which mimics that format drift, at every K; at the `paper` profile they come from the
 # second distillate at the largest K. The claim below is checked at the first K where outputs exist
 # after unlearning starts (for the stand-in, the smallest K of the sweep, where the canary is
-# still emitted most often).
+# still emitted most often). With the tag banned at decode the sign flip holds by construction
+# whenever the canary is emitted at all (every output lands in one field or the other), so at
+# `smoke` and `cpu` it is a sanity check of the parser code, counted apart from the paper's
+# claims; only the `paper` profile's second model tests the paper's observation.
 
 # %%
 drift = ch.drift_outputs(cfg, setup, bio[cfg.seeds[0]])
@@ -422,13 +520,15 @@ display(pd.concat(flip_tables, names=["K", "convention"]).round(2))
 #
 # Separate adapters memorise the same authors under BIO, META and NONE traces and go through
 # the same answer-masked NPO. If the gap were a hidden channel in the weights it should survive
-# META and NONE; template echo predicts that it stays with BIO. Only the first seed is run.
+# META and NONE; template echo predicts that it stays with BIO. Only the first seed is run, on
+# the coarser grid `side_steps` plus the audited and the largest K (to keep the budget).
 
 # %%
+side_cfg = cfg.replace(unlearn_steps=ch.side_grid(cfg, K_AUDIT))
 tmpl = {"BIO": bio[cfg.seeds[0]]}
 for t in cfg.templates:
     if t != "BIO":
-        tmpl[t] = ch.run_sweep(setup, cfg, t, cfg.seeds[0], arms=ch.OTHER_ARMS)
+        tmpl[t] = ch.run_sweep(setup, side_cfg, t, cfg.seeds[0], arms=ch.OTHER_ARMS)
 run.record(templates={t: ch.jsonable_summary(r["summary"]) for t, r in tmpl.items()})
 trows = {}
 for t, r in tmpl.items():
@@ -467,12 +567,13 @@ display(template_ours.round(2))
 # %% [markdown]
 # ## Gradient Ascent
 #
-# Plain gradient ascent on the answer span (no retain term), from the same BIO adapter.
+# Plain gradient ascent on the answer span (no retain term), from the same BIO adapter, on the
+# same coarser grid as the templates.
 
 # %%
 ga = (
     ch.run_sweep(
-        setup, cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")
+        setup, side_cfg, "BIO", cfg.seeds[0], method="GA", arms=("auto", "qa", "retain")
     )
     if cfg.run_ga
     else None
@@ -490,6 +591,43 @@ if ga is not None:
     display(ga_frame[["out_acc", "thk_leak", "gap", "qa_acc", "retain_acc"]].round(2))
 
 # %% [markdown]
+# ## A variant: NPO with a retain term
+#
+# Many NPO implementations add a retain NLL term to the forgetting loss; the paper mentions none,
+# and the audit above runs without it. An earlier version of this chapter added one with weight
+# 1.0 to every NPO run. The variant below shows what it changes: the same BIO adapter (first seed),
+# NPO plus `variant_retain_weight` times the NLL of "complete the sentence" turns on WikiText
+# sentences, on the coarser grid. It takes no part in the claims.
+
+# %%
+variant = None
+if cfg.variant_retain_weight > 0:
+    variant = ch.run_sweep(
+        setup,
+        side_cfg.replace(retain_weight=cfg.variant_retain_weight),
+        "BIO",
+        cfg.seeds[0],
+        arms=("auto", "prefill", "qa", "retain"),
+    )
+    run.record(npo_retain_variant=ch.jsonable_summary(variant["summary"]))
+    vframe = ch.ksweep_frame({cfg.seeds[0]: variant["summary"]}).set_index("K")
+    pframe = frame[frame.seed == cfg.seeds[0]].set_index("K").loc[vframe.index]
+    vcols = ["out_acc", "thk_leak", "gap", "delta_ab", "qa_acc", "retain_acc"]
+    display(
+        Markdown(
+            "**Table 3.8.** NPO with a retain term (weight"
+            f" {cfg.variant_retain_weight}) against the paper's NPO (weight"
+            f" {cfg.retain_weight}), BIO adapter, seed {cfg.seeds[0]}, at the same K."
+        )
+    )
+    display(
+        pd.concat({"paper's NPO": pframe[vcols], "NPO + retain": vframe[vcols]}, axis=1)
+        .swaplevel(axis=1)
+        .sort_index(axis=1, level=0, sort_remaining=False)[vcols]
+        .round(2)
+    )
+
+# %% [markdown]
 # ## Retain utility over K
 #
 # The 60 generic-knowledge probes (capitals, chemical symbols, literature, biology) are never
@@ -502,6 +640,8 @@ for s in cfg.seeds:
     ax.plot(d.K, d.retain_acc, "o-", label=f"NPO, seed {s}")
 if ga is not None:
     ax.plot(ga_frame.index, ga_frame.retain_acc, "s--", label="GA")
+if variant is not None:
+    ax.plot(vframe.index, vframe.retain_acc, "^:", label="NPO + retain term")
 ax.set_xlabel("unlearning steps K")
 ax.set_ylabel("retain accuracy")
 ax.set_ylim(-0.02, 1.02)
@@ -536,15 +676,46 @@ if names:
 # %% [markdown]
 # ```{glue:figure} 03_canary_audit-retain
 # :name: fig-03-retain
-# Generic-knowledge retain accuracy against the number of unlearning steps, for NPO (each seed)
-# and Gradient Ascent.
+# Generic-knowledge retain accuracy against the number of unlearning steps, for NPO (each seed),
+# Gradient Ascent and the NPO variant with a retain term.
 # ```
+#
+# ## Cost of this page
+#
+# The run's own wall time, and its cold cost: the wall time plus the recorded training time of
+# every LoRA adapter that came from the cache (the base model's pre-training is cached too and is
+# not counted).
+
+# %% tags=["hide-input"]
+from myst_nb import glue
+
+wall_s = time.perf_counter() - T_START
+cold_s = ch.cold_seconds(setup, wall_s)
+glue(f"{CH}-wall-min", f"{wall_s / 60:.1f}", display=False)
+glue(f"{CH}-cold-min", f"{cold_s / 60:.1f}", display=False)
+display(
+    pd.Series(
+        {
+            **{f"LoRA {k}": v for k, v in setup.train_seconds.items()},
+            "this run": wall_s,
+        },
+        name="seconds",
+    ).round(0)
+)
+
+# %% [markdown]
+# This run took {glue:}`03_canary_audit-wall-min` minutes; from an empty cache it would take
+# about {glue:}`03_canary_audit-cold-min` minutes on the same machine (the adapters' training
+# times above were measured when they were trained, on a CPU shared with other jobs).
 #
 # ## Claims
 #
-# Each claim of the paper is a predicate over the numbers above; "not run at this profile"
+# Each claim of the paper is a predicate over the numbers above. "Not judged" means the run
+# cannot decide it: the margin to the claim's threshold lies inside the noise band given in the
+# evidence, or the sweep never reached the state the claim is about. "Not run at this profile"
 # means the run did not produce what the claim needs (e.g. a second seed), or that the profile
-# is `smoke`, whose untrained toy models only exercise the code.
+# is `smoke`, whose untrained toy models only exercise the code. A sanity check holds by
+# construction here and is counted apart from the paper's claims.
 
 # %% tags=["hide-input"]
 verdicts = paper.evaluate(
@@ -554,32 +725,53 @@ display(paper.claims_table(verdicts))
 _ = run.save(claims=verdicts)
 
 # %% tags=["remove-input"]
-from myst_nb import glue
-
-for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
+counts = paper.tally(verdicts, kind=paper.CLAIM)
+for _verdict, _n in counts.items():  # counts for the closing section
     _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
     glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
+glue(
+    f"{cfg.chapter}-n-sanity",
+    sum(paper.tally(verdicts, kind=paper.SANITY).values()),
+    display=False,
+)
 
 # %% [markdown]
 # ## What this means
 #
-# At the profile of this page, {glue:}`03_canary_audit-n-reproduced` reproduced,
-# {glue:}`03_canary_audit-n-not-reproduced` did not and {glue:}`03_canary_audit-n-not-run` were not run. The reading below is of the `cpu` run that
-# this book publishes.
-#
-# **What held.** Nearly all of the paper's audit: after answer-masked NPO the canary disappears from the
-# answer while the thinking trace keeps emitting it, and this parser-split gap grows with the number of
-# unlearning steps ({numref}`fig-03-ksweep`). Yet at fixed weights, swapping the trace for another
-# prefill moves the answer ({numref}`fig-03-prefill`), the two parser conventions give gaps of opposite
-# sign on the same outputs, and the gap is confined to one template. NPO costs generic retain accuracy
-# ({numref}`fig-03-retain`) and Gradient Ascent collapses both sides.
-#
-# **What did not.** Under two of the prefills our small model's teacher-forced match of the canary dips
-# just under the 0.9 floor; at this scale the memorised continuation depends a little more on the prefill
-# format than in the paper's models. And the prefill effect does not change direction between our two
-# seeds: $\Delta_{AB}$ has the same sign at both, though one of them lies within one author (of 30) of
-# zero, so this verdict sits inside the audit's sampling noise.
-#
-# **What to take from it.** A gap between what the trace and the answer reveal after unlearning is not
-# by itself evidence of weight-level memorisation: it moves with the parser convention and the prefill.
-# Run the paired fixed-weight and teacher-forced checks before reading such a gap as leakage.
+# At the profile of this page, of the paper's claims {glue:}`03_canary_audit-n-reproduced`
+# reproduced, {glue:}`03_canary_audit-n-not-reproduced` did not,
+# {glue:}`03_canary_audit-n-not-judged` could not be judged and
+# {glue:}`03_canary_audit-n-not-run` were not run; {glue:}`03_canary_audit-n-sanity` sanity
+# check is counted apart. The summary below is built from this run's verdicts.
+
+# %% tags=["remove-input"]
+by_verdict = {}
+for d in verdicts:
+    if d.get("kind", paper.CLAIM) == paper.CLAIM:
+        by_verdict.setdefault(d["verdict"], []).append(d)
+heads = {
+    paper.REPRODUCED: "What held",
+    paper.NOT_REPRODUCED: "What did not",
+    paper.NOT_JUDGED: "What this run cannot decide",
+}
+lines = []
+for v, head in heads.items():
+    if by_verdict.get(v):
+        items = "; ".join(d["claim"][0].lower() + d["claim"][1:] for d in by_verdict[v])
+        lines.append(f"**{head}.** {items}.")
+state = "reached" if AUDIT["reached"] else "not reached"
+dab0 = bio[cfg.seeds[0]]["summary"][0]["prefill"]["BIO"]["auto_minus"]["mean"]
+lines.append(
+    f"All of it is read at the audited K = {K_AUDIT}, where the paper's state is"
+    f" {state} ({AUDIT['evidence']}), beside the memorised adapter at K = 0, where"
+    f" Delta_AB is already {dab0:+.2f} before any unlearning: a fixed-weight contrast"
+    " after unlearning has to be read against that offset."
+)
+display(Markdown("\n\n".join(lines)))
+
+# %% [markdown]
+# **What to take from it.** A gap between what the trace and the answer reveal after unlearning is
+# not by itself evidence of weight-level memorisation: it moves with the parser convention and the
+# prefill, and on a small model the probes differ before any unlearning. Run the paired
+# fixed-weight and teacher-forced checks, with their K = 0 baselines, before reading such a gap as
+# leakage.

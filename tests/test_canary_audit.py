@@ -174,40 +174,204 @@ def test_lora_detach_restores_base_weights():
     assert set(after) == set(before) and all(torch.equal(before[k], after[k]) for k in before)
 
 
-def _summary(out, thk, tf=0.95, dab=(0.2, 0.1, 0.3), retain=0.8):
-    ci = lambda m, lo=None, hi=None: {"mean": m, "low": m if lo is None else lo, "high": m if hi is None else hi}  # noqa: E731
-    return {"auto": {"out_acc": ci(out), "thk_leak": ci(thk), "gap": ci(thk - out, thk - out - 0.1, thk - out + 0.1)},
-            "prefill": {"BIO": {**ci(out), "auto_minus": ci(*dab)}},
-            "tf": {"BIO": ci(tf), "EMPTY": ci(tf)}, "retain": {"acc": retain}}
+def _ci(m, lo=None, hi=None):
+    return {"mean": m, "low": m if lo is None else lo, "high": m if hi is None else hi}
 
 
-def test_claims_evaluate_on_hand_made_metrics():
-    from memlab import paper
+def _summary(out, thk, tf=0.95, dab=(0.2, 0.1, 0.3), retain=0.8, tf_band=0.01, gap_band=0.1):
+    return {"auto": {"out_acc": _ci(out), "thk_leak": _ci(thk),
+                     "gap": _ci(thk - out, thk - out - gap_band, thk - out + gap_band)},
+            "prefill": {"BIO": {**_ci(out), "auto_minus": _ci(*dab)}},
+            "tf": {"BIO": _ci(tf + 0.03, tf + 0.03 - tf_band, tf + 0.03 + tf_band),
+                   "EMPTY": _ci(tf, tf - tf_band, tf + tf_band)},
+            "retain": {"acc": retain, "n": 60}}
 
-    metrics = {
-        "ksweep": {"s0": {"K0": _summary(1.0, 1.0, retain=0.9), "K10": _summary(0.9, 0.9),
-                          "K100": _summary(0.5, 0.8, retain=0.6)},
-                   "s1": {"K0": _summary(1.0, 1.0), "K100": _summary(0.9, 0.95, dab=(-0.1, -0.2, 0.0))}},
+
+def _metrics(**over):
+    """Hand-made metrics in which every claim holds (seed1_gap aside); ``over`` replaces summaries."""
+    s0 = {"K0": _summary(1.0, 1.0, retain=0.9, dab=(0.0, 0.0, 0.0)), "K10": _summary(0.95, 0.95),
+          "K100": _summary(0.6, 0.85, retain=0.6)}
+    s1 = {"K0": _summary(1.0, 1.0), "K100": _summary(0.9, 0.95, dab=(-0.1, -0.2, -0.05))}
+    m = {
+        "ksweep": {"s0": s0, "s1": s1},
+        "audit": {"K": 100, "reached": True, "evidence": "test state"},
         "templates": {"BIO": {"K100": _summary(0.5, 0.8)}, "META": {"K100": _summary(1.0, 0.0)},
                       "NONE": {"K100": _summary(0.7, 0.6)}},
         "ga": {"K100": _summary(0.0, 0.0)},
         "parser_flip": {"trace": {"gap": {"mean": 0.5}}, "answer": {"gap": {"mean": -0.5}}, "source": "test"},
     }
-    v = {d["key"]: d["verdict"] for d in paper.evaluate(E.claims(), metrics, "cpu")}
-    assert v["bypass"] == v["suppressed"] == v["gap_grows"] == v["prefill_moves"] == "reproduced"
-    assert v["seed_sensitive"] == v["teacher_forced"] == v["parser_flip"] == "reproduced"
-    assert v["template_confined"] == v["ga_collapse"] == v["retain_drop"] == "reproduced"
-    assert v["seed1_gap"] == "not reproduced"  # gap 0.05 with interval [-0.05, 0.15]
-    metrics["ksweep"].pop("s1")
-    v = {d["key"]: d["verdict"] for d in paper.evaluate(E.claims(), metrics, "cpu")}
-    assert v["seed1_gap"] == v["seed_sensitive"] == "not run at this profile"
-    assert {d["verdict"] for d in paper.evaluate(E.claims(), metrics, "smoke")} == {"not run at this profile"}
+    for path, value in over.items():  # "s0/K100/tf/EMPTY" style keys
+        *keys, last = path.split("/")
+        node = m["ksweep"] if keys and keys[0] in ("s0", "s1") else m
+        for k in keys:
+            node = node[k]
+        node[last] = value
+    return m
 
 
-def test_audit_k_picks_largest_k_with_trace_still_emitting():
-    def sm(thk):
-        return {"auto": {"thk_leak": {"mean": thk}}}
+def _verdicts(metrics, profile="cpu"):
+    from memlab import paper
 
-    assert E.audit_k({0: sm(0.9), 10: sm(0.9), 25: sm(0.5), 50: sm(0.4), 100: sm(0.0)}) == 25
-    assert E.audit_k({0: sm(0.9), 10: sm(0.1), 20: sm(0.0)}) == 20  # none qualifies: the largest K
-    assert E.audit_k({0: sm(0.0), 10: sm(0.0)}) == 10
+    return {d["key"]: d for d in paper.evaluate(E.claims(), metrics, profile)}
+
+
+def test_claims_evaluate_on_hand_made_metrics():
+    from memlab import paper
+
+    v = {k: d["verdict"] for k, d in _verdicts(_metrics()).items()}
+    for key in ("bypass", "suppressed", "gap_grows", "prefill_moves", "seed_sensitive", "teacher_forced",
+                "parser_flip", "template_confined", "ga_collapse", "retain_drop"):
+        assert v[key] == paper.REPRODUCED, key
+    assert v["seed1_gap"] == paper.NOT_REPRODUCED  # gap 0.05 with interval [-0.05, 0.15]
+    m = _metrics()
+    m["ksweep"].pop("s1")
+    v = {k: d["verdict"] for k, d in _verdicts(m).items()}
+    assert v["seed1_gap"] == v["seed_sensitive"] == paper.NOT_RUN
+    assert {d["verdict"] for d in _verdicts(_metrics(), "smoke").values()} == {paper.NOT_RUN}
+
+
+def test_parser_flip_is_a_sanity_check_and_the_rest_are_claims():
+    from memlab import paper
+
+    kinds = {k: d["kind"] for k, d in _verdicts(_metrics()).items()}
+    assert kinds.pop("parser_flip") == paper.SANITY
+    assert set(kinds.values()) == {paper.CLAIM}
+
+
+def test_claims_at_the_audited_k_are_not_judged_when_the_state_was_not_reached():
+    from memlab import paper
+
+    m = _metrics()
+    m["audit"] = {"K": 100, "reached": False, "evidence": "K = 100: out acc 0.00 x K0"}
+    d = _verdicts(m)
+    assert d["suppressed"]["verdict"] == paper.NOT_REPRODUCED
+    for key in ("bypass", "gap_grows", "prefill_moves", "seed_sensitive", "teacher_forced", "template_confined",
+                "seed1_gap"):
+        assert d[key]["verdict"] == paper.NOT_JUDGED, key
+        assert "never reached" in d[key]["evidence"]
+    assert d["ga_collapse"]["verdict"] == d["retain_drop"]["verdict"] == paper.REPRODUCED  # not at the audited K
+
+
+def test_prefill_moves_checks_the_papers_sign():
+    from memlab import paper
+
+    # a CI that excludes 0 on the negative side: the prefill *raises* out acc, the opposite of the paper
+    d = _verdicts(_metrics(**{"s0/K100": _summary(0.6, 0.85, dab=(-0.2, -0.3, -0.1))}))["prefill_moves"]
+    assert d["verdict"] == paper.NOT_REPRODUCED and "K=0" in d["evidence"]
+    d = _verdicts(_metrics(**{"s0/K100": _summary(0.6, 0.85, dab=(0.05, -0.05, 0.15))}))["prefill_moves"]
+    assert d["verdict"] == paper.NOT_REPRODUCED  # a CI holding 0: no change shown
+
+
+@pytest.mark.parametrize("d0, d1, verdict", [
+    ((0.2, 0.1, 0.3), (-0.1, -0.2, -0.05), "reproduced"),       # opposite sides, both exclude 0
+    ((0.2, 0.1, 0.3), (0.1, 0.05, 0.2), "not reproduced"),      # same side, both exclude 0
+    ((0.03, -0.07, 0.13), (-0.03, -0.13, 0.07), "not judged"),  # opposite point estimates inside noise
+    ((0.2, 0.1, 0.3), (-0.03, -0.13, 0.0), "not judged"),       # an interval touching 0
+])
+def test_seed_sensitive_uses_intervals_not_point_estimates(d0, d1, verdict):
+    m = _metrics(**{"s0/K100": _summary(0.6, 0.85, dab=d0), "s1/K100": _summary(0.9, 0.95, dab=d1)})
+    assert _verdicts(m)["seed_sensitive"]["verdict"] == verdict
+
+
+@pytest.mark.parametrize("tf, band, verdict", [
+    (0.93, 0.01, "reproduced"), (0.87, 0.01, "not reproduced"), (0.905, 0.02, "not judged"),
+    (0.895, 0.02, "not judged")])
+def test_teacher_forced_threshold_is_judged_against_its_noise(tf, band, verdict):
+    d = _verdicts(_metrics(**{"s0/K100": _summary(0.6, 0.85, tf=tf, tf_band=band)}))["teacher_forced"]
+    assert d["verdict"] == verdict
+    assert "margin" in d["evidence"] and "K=0" in d["evidence"]
+
+
+def test_retain_drop_and_gap_growth_inside_noise_are_not_judged():
+    m = _metrics(**{"s0/K0": _summary(1.0, 1.0, retain=0.80, dab=(0.0, 0.0, 0.0)),
+                    "s0/K100": _summary(0.6, 0.85, retain=0.7833)})  # one probe of 60
+    assert _verdicts(m)["retain_drop"]["verdict"] == "not judged"
+    m = _metrics(**{"s0/K10": _summary(0.85, 0.95, gap_band=0.15)})  # gap 0.10 -> 0.25, band 0.18
+    assert _verdicts(m)["gap_grows"]["verdict"] == "not judged"
+
+
+# A mutation of each threshold flips the verdict of a case built next to it.
+@pytest.mark.parametrize("name, value, case, key, before, after", [
+    ("TF_FLOOR", 0.95, {"s0/K100": _summary(0.6, 0.85, tf=0.93, tf_band=0.005)}, "teacher_forced",
+     "reproduced", "not reproduced"),
+    ("TF_FLOOR", 0.85, {"s0/K100": _summary(0.6, 0.85, tf=0.87, tf_band=0.005)}, "teacher_forced",
+     "not reproduced", "reproduced"),
+])
+def test_threshold_mutation_flips_its_claim(monkeypatch, name, value, case, key, before, after):
+    assert _verdicts(_metrics(**case))[key]["verdict"] == before
+    monkeypatch.setattr(E, name, value)
+    assert _verdicts(_metrics(**case))[key]["verdict"] == after
+
+
+def _by_k(*states):
+    """{K: summary} from (K, out, thk) triples."""
+    return {k: {"auto": {"out_acc": {"mean": o}, "thk_leak": {"mean": t}}} for k, o, t in states}
+
+
+def test_audit_state_picks_the_papers_state():
+    assert E.audit_band(30) == pytest.approx(1.96 * math.sqrt(0.24 / 30))  # 0.175
+    sweep = _by_k((0, 1.0, 1.0), (10, 0.9, 1.0), (20, 0.63, 0.9), (40, 0.3, 0.83), (80, 0.0, 0.1))
+    a = E.audit_state(sweep, 30)
+    assert a["K"] == 20 and a["reached"] and a["out_ratio"] == pytest.approx(0.63)
+    # the old rule's pick (trace still at half its K = 0 value) would be K = 40
+    a = E.audit_state(_by_k((0, 1.0, 1.0), (10, 0.9, 1.0), (40, 0.3, 0.83), (80, 0.0, 0.1)), 30)
+    assert a["K"] == 40 and not a["reached"]  # 0.30 lies outside 0.6 +- 0.175
+    # a trace fallen below 0.8 x K0 is never audited, even at the right out acc
+    a = E.audit_state(_by_k((0, 1.0, 1.0), (10, 0.95, 0.95), (20, 0.6, 0.7)), 30)
+    assert a["K"] == 10 and not a["reached"]
+    # ratios, not absolute values: a K = 0 at 0.9 is the reference
+    assert E.audit_state(_by_k((0, 0.9, 0.9), (5, 0.54, 0.9), (9, 0.3, 0.9)), 30)["K"] == 5
+    assert not E.audit_state(_by_k((0, 0.0, 0.0), (5, 0.0, 0.0)), 30)["reached"]
+    with pytest.raises(ValueError, match="K = 0"):
+        E.audit_state(_by_k((5, 0.5, 0.5)), 30)
+
+
+@pytest.mark.parametrize("name, value", [("AUDIT_OUT_FRAC", 0.35), ("AUDIT_THK_FRAC", 0.95)])
+def test_audit_threshold_mutation_flips_the_audited_state(monkeypatch, name, value):
+    sweep = _by_k((0, 1.0, 1.0), (10, 0.9, 1.0), (20, 0.6, 0.9), (40, 0.3, 0.9))
+    before = E.audit_state(sweep, 30)
+    assert before["K"] == 20 and before["reached"]
+    # the defaults are read at call time so that the rule has one definition
+    monkeypatch.setattr(E, name, value)
+    after = E.audit_state(sweep, 30)
+    assert (after["K"], after["reached"]) != (20, True)
+
+
+def test_regime_frame_and_cold_cost():
+    sm = {0: {"auto": {"out_acc": {"mean": 0.9}, "thk_leak": {"mean": 1.0}}, "qa": {"mean": 0.8},
+              "retain": {"acc": 1.0}}}
+    f = E.regime_frame({"BIO, seed 0": sm}, 30)
+    assert f.loc["BIO, seed 0", "authors memorised"] == 27 and f.loc["BIO, seed 0", "qa_acc"] == 0.8
+    setup = E.Setup(None, None, [], [], [], [], [], [], 0, torch.device("cpu"))
+    setup.train_seconds.update({"BIO s0": 100.0, "BIO s1": 50.0})
+    setup.cached.add("BIO s0")  # BIO s1 trained in this run: its time is in the wall time already
+    assert E.cold_seconds(setup, 10.0) == 110.0
+
+
+def test_retain_weight_defaults_to_the_papers_npo():
+    assert config.resolve(CH, "cpu").retain_weight == 0.0
+    assert config.resolve(CH, "cpu").lora_steps == 750
+    cfg = config.resolve(CH, "smoke")
+    assert E.side_grid(cfg, 2) == [2, 3]
+    with pytest.raises(ConfigError, match="'side_steps'"):
+        config.resolve(CH, "smoke", side_steps=[5])
+
+
+def test_npo_without_retain_term_never_reads_retain_and_differs_from_the_variant():
+    from memlab.models import qwen_small as Q
+
+    def tiny():
+        torch.manual_seed(0)
+        return Q.build_small(Q.small_config(40, hidden=32, layers=1, heads=2, kv_heads=1)).eval()
+
+    forget = [([1, 2, 3, 4, 5, 6], [False, False, True, True, True, True])] * 3
+    retain = [([7, 8, 9, 10, 11], [False, True, True, True, True])] * 3
+    kw = dict(method="NPO", checkpoints=(3,), lr=1e-2, beta=0.1, batch_size=2, pad_id=0, seed=1, desc="t",
+              on_checkpoint=lambda m, k: float(lm.reference_logprobs(m, retain[:1], 0, 1)[0]))
+    paper_npo = npo.lm_unlearn(tiny(), forget, [], **kw)  # the default (weight 0) needs no retain set
+    variant = npo.lm_unlearn(tiny(), forget, retain, retain_weight=1.0, **kw)
+    assert paper_npo[0] == variant[0] and variant[3] != paper_npo[3]
+    with pytest.raises(ValueError, match="'retain_weight'"):
+        npo.lm_unlearn(tiny(), forget, retain, retain_weight=-1.0, **kw)
+    with pytest.raises(ValueError, match="'retain'"):
+        npo.lm_unlearn(tiny(), forget, [], retain_weight=1.0, **kw)

@@ -19,7 +19,8 @@ unlearning; no second copy of the model is held.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
@@ -35,6 +36,10 @@ SMALL = "small"
 PAPER_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 DRIFT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
 SUPPRESS = "suppress"
+#: version of the cached LoRA recipe; 3: trained to the K = 0 ceiling, entries record their training time
+CODE_VERSION = "3"
+#: key of the cached adapter's training seconds (a 0-d tensor beside the LoRA weights; not a weight)
+TRAIN_SECONDS = "_memlab.train_seconds"
 
 SPEC: dict[str, Param] = {
     "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the authors, tokenizer and pre-training"),
@@ -59,13 +64,23 @@ SPEC: dict[str, Param] = {
     "templates": Param(list, ["BIO", "META", "NONE"], item=str, choices=A.TEMPLATES),
     "prefills": Param(list, list(A.PREFILLS), item=str, choices=A.PREFILLS),
     "lora_rank": Param(int, {"smoke": 4, "cpu": 32, "paper": 32}, low=1),
-    "lora_steps": Param(int, {"smoke": 20, "cpu": 375, "paper": 600}, low=1),
+    # cpu: chosen by the K = 0 memorisation alone (375 steps left 4 of 30 authors unmemorised,
+    # out acc 0.87; 750 give out acc, thk leak, QA and retain all 1.00 as in the paper)
+    "lora_steps": Param(int, {"smoke": 20, "cpu": 750, "paper": 600}, low=1,
+                        doc="LoRA memorisation steps (enough that K = 0 is at ceiling)"),
     "lora_lr": Param(float, {"smoke": 5e-3, "cpu": 5e-3, "paper": 2e-4}, low=1e-7, high=1.0),
     "unlearn_steps": Param(list, {"smoke": [1, 3], "cpu": [10, 25, 50, 100], "paper": [100, 400, 800, 1600]},
                            item=int, low=1, doc="the K sweep: evaluation points of one unlearning run"),
+    "side_steps": Param(list, {"smoke": [3], "cpu": [10, 25, 50, 100], "paper": [100, 400, 800, 1600]},
+                        item=int, low=1, doc="coarser K grid of the template, GA and retain-variant sweeps "
+                                             "(the audited and the largest K are added)"),
     "unlearn_lr": Param(float, {"smoke": 3e-5, "cpu": 3e-5, "paper": 1e-5}, low=1e-8, high=1.0),
     "beta": Param(float, 0.1, low=1e-4, high=100.0, doc="NPO inverse temperature"),
-    "retain_weight": Param(float, 1.0, low=0.0, high=100.0),
+    "retain_weight": Param(float, 0.0, low=0.0, high=100.0,
+                           doc="retain NLL weight added to NPO; 0 is the paper's NPO (it has none)"),
+    "variant_retain_weight": Param(float, 1.0, low=0.0, high=100.0,
+                                   doc="retain weight of the retain-regularised NPO variant (first seed); "
+                                       "0 skips the variant"),
     "batch_size": Param(int, {"smoke": 4, "cpu": 16, "paper": 8}, low=1),
     "run_ga": Param(bool, True, doc="run the Gradient Ascent comparison"),
     "n_boot": Param(int, {"smoke": 200, "cpu": 10000, "paper": 10000}, low=10),
@@ -75,9 +90,14 @@ SPEC: dict[str, Param] = {
 
 
 def _check_sweep(cfg) -> None:
-    steps = cfg.unlearn_steps
-    if sorted(set(steps)) != list(steps):
-        raise ConfigError(f"parameter 'unlearn_steps': must be strictly increasing integers >= 1 (got {steps!r})")
+    for name in ("unlearn_steps", "side_steps"):
+        steps = cfg[name]
+        if sorted(set(steps)) != list(steps):
+            raise ConfigError(f"parameter {name!r}: must be strictly increasing integers >= 1 "
+                              f"(got {steps!r})")
+    if max(cfg.side_steps) > max(cfg.unlearn_steps):
+        raise ConfigError(f"parameter 'side_steps': must not go past the largest unlearn_steps "
+                          f"{max(cfg.unlearn_steps)} (got {cfg.side_steps!r})")
 
 
 def _check_head(cfg) -> None:
@@ -146,6 +166,10 @@ class Setup:
     pad_id: int
     device: torch.device
     name: str = SMALL
+    #: training seconds of every LoRA adapter this run used, {"<template> s<seed>": s}, cached or not
+    train_seconds: dict = field(default_factory=dict)
+    #: the labels of ``train_seconds`` whose adapter came from the cache (its time is not in this run's wall)
+    cached: set = field(default_factory=set)
 
     @property
     def end_id(self) -> int:
@@ -335,9 +359,12 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
     from peft import get_peft_model_state_dict
 
     A.check_template(template)
+    label, fresh = f"{template} s{seed}", []
 
     def compute():
+        fresh.append(True)
         torch.manual_seed(seed)
+        start = time.perf_counter()
         model = attach(setup, cfg.lora_rank)
         examples, _ = author_examples(setup.fmt, setup.head_texts, setup.authors, template, span="response")
         # the generic turns ride along so the adapter does not overwrite the base's general knowledge
@@ -346,12 +373,24 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
                  pad_id=setup.pad_id, seed=seed, desc=f"LoRA {template} s{seed}")
         state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
         detach(setup, model)
+        # the cold cost of a warm run is stated from what the cached entries took to train
+        state[TRAIN_SECONDS] = torch.tensor(time.perf_counter() - start, dtype=torch.float64)
         return state
 
     key = {"base": _base_key(setup, cfg), "template": template, "seed": seed, "n_authors": cfg.n_authors,
            "lora_rank": cfg.lora_rank, "lora_steps": cfg.lora_steps, "lora_lr": cfg.lora_lr,
            "batch_size": cfg.batch_size, "head_len": cfg.head_len}
-    return cache.load_or_compute(CHAPTER, f"lora-{template}", key, compute, code_version="2")
+    state = dict(cache.load_or_compute(CHAPTER, f"lora-{template}", key, compute, code_version=CODE_VERSION))
+    secs = state.pop(TRAIN_SECONDS, None)
+    setup.train_seconds[label] = float(secs) if secs is not None else float("nan")
+    if not fresh:
+        setup.cached.add(label)
+    return state
+
+
+def cold_seconds(setup: Setup, wall_s: float) -> float:
+    """Estimated cold cost of a run: its wall time plus the recorded training time of cached adapters."""
+    return float(wall_s + sum(setup.train_seconds[k] for k in setup.cached))
 
 
 def _base_key(setup: Setup, cfg) -> dict:
@@ -490,7 +529,7 @@ def summarise(res: dict, n_boot: int, seed: int = 0) -> dict:
         out["qa"] = canaries.mean_ci(np.asarray(res["qa"]["out"], float), res["qa"]["author"], n_boot, seed)
     if "retain" in res:
         r = res["retain"]
-        out["retain"] = {"acc": float(np.mean(r["correct"])),
+        out["retain"] = {"acc": float(np.mean(r["correct"])), "n": len(r["correct"]),
                          "fictional_rate": float(np.mean([bool(f) for f in r["fictional"]]))}
     return out
 
@@ -579,9 +618,90 @@ def ksweep_frame(summaries: dict) -> "pd.DataFrame":
     return pd.DataFrame(rows)
 
 
+def regime_frame(runs: dict, n_authors: int) -> "pd.DataFrame":
+    """The memorised adapters' state at K = 0, one row per run label.
+
+    runs: ``{label: {K: summary}}`` (e.g. "BIO, seed 0"). Columns: out acc, thk
+    leak, QA acc, retain acc and the number of authors whose canary comes back
+    in the answer (out acc x n_authors). The paper starts from out acc 1.00.
+    """
+    import pandas as pd
+
+    rows = {}
+    for label, by_k in runs.items():
+        s0 = by_k[0]
+        rows[label] = {"out_acc": s0["auto"]["out_acc"]["mean"], "thk_leak": s0["auto"]["thk_leak"]["mean"],
+                       "qa_acc": s0["qa"]["mean"] if "qa" in s0 else np.nan,
+                       "retain_acc": s0["retain"]["acc"] if "retain" in s0 else np.nan,
+                       "authors memorised": round(s0["auto"]["out_acc"]["mean"] * n_authors)}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def side_grid(cfg, k_audit: int) -> list[int]:
+    """K grid of the template, GA and retain-variant sweeps: ``side_steps``, the audited and the largest K."""
+    return sorted(set(cfg.side_steps) | {int(k_audit), max(cfg.unlearn_steps)})
+
+
 def jsonable_summary(by_k: dict) -> dict:
     """``{"K<k>": summary}`` with string keys for the results JSON."""
     return {f"K{k}": v for k, v in by_k.items()}
+
+
+# ----------------------------------------------------------------------------- the audited state
+
+#: The paper's audited state (Sec. 4.1, its largest K = 1600): "out acc falls from 1.00 to 0.60
+#: while thk leak stays at 0.83". Both are shares of the K = 0 values, so the rule carries over to a
+#: sweep whose K scale differs; it was fixed before the cpu run and never looks at the gap or Delta_AB.
+AUDIT_OUT_FRAC = 0.6  # out acc at the audited K / out acc at K = 0 (paper 0.60 / 1.00)
+AUDIT_THK_FRAC = 0.8  # thk leak at the audited K must stay >= this share of K = 0 (paper 0.83 / 1.00)
+Z95 = 1.96
+
+
+def audit_band(n: int, frac: float | None = None, z: float = Z95) -> float:
+    """Binomial sampling band ``z sqrt(f (1 - f) / n)`` of an out-acc share near ``frac``, ``n`` authors.
+
+    frac: defaults to :data:`AUDIT_OUT_FRAC` (read at call time, so the rule has one definition).
+    """
+    frac = AUDIT_OUT_FRAC if frac is None else frac
+    if n < 1:
+        raise ValueError(f"parameter 'n': must be >= 1 (got {n})")
+    return z * float(np.sqrt(frac * (1 - frac) / n))
+
+
+def audit_state(by_k: dict, n: int, out_frac: float | None = None, thk_frac: float | None = None) -> dict:
+    """The audited K: the sweep's state nearest the paper's audited one.
+
+    by_k: ``{K: summary}`` of the first seed's BIO sweep (K = 0 included);
+    n: authors (the band's sample size). Candidates are the K > 0 whose thk
+    leak is at least ``thk_frac`` times its K = 0 value; the audited K is the
+    candidate whose out-acc ratio out(K) / out(0) is nearest ``out_frac``
+    (ties: the smaller K). The paper's state is *reached* when that ratio lies
+    within :func:`audit_band` of ``out_frac`` (0.18 at n = 30). Without a
+    candidate, the K whose out-acc ratio is nearest ``out_frac`` is returned,
+    not reached. Returns ``{"K", "reached", "out_ratio", "thk_ratio", "band",
+    "evidence"}`` (JSON-able). ``out_frac``/``thk_frac`` default to
+    :data:`AUDIT_OUT_FRAC`/:data:`AUDIT_THK_FRAC`, read at call time.
+    """
+    out_frac = AUDIT_OUT_FRAC if out_frac is None else out_frac
+    thk_frac = AUDIT_THK_FRAC if thk_frac is None else thk_frac
+    ks = sorted(int(k) for k in by_k)
+    if len(ks) < 2 or ks[0] != 0:
+        raise ValueError(f"audit_state: needs K = 0 and at least one K > 0 (got K = {ks})")
+    out0, thk0 = (by_k[0]["auto"][f]["mean"] for f in ("out_acc", "thk_leak"))
+    band = audit_band(n, out_frac)
+    if out0 <= 0 or thk0 <= 0:
+        return {"K": ks[-1], "reached": False, "out_ratio": float("nan"), "thk_ratio": float("nan"),
+                "band": band, "evidence": f"K = 0 out acc {out0:.2f}, thk leak {thk0:.2f}: nothing memorised"}
+    ratio = {k: (by_k[k]["auto"]["out_acc"]["mean"] / out0, by_k[k]["auto"]["thk_leak"]["mean"] / thk0)
+             for k in ks[1:]}
+    cands = [k for k in ks[1:] if ratio[k][1] >= thk_frac] or ks[1:]
+    k = min(cands, key=lambda c: (abs(ratio[c][0] - out_frac), c))
+    o, t = ratio[k]
+    reached = t >= thk_frac and abs(o - out_frac) <= band
+    ev = (f"K = {k}: out acc {o:.2f} x K0 (target {out_frac:.2f} +- {band:.2f}), thk leak {t:.2f} x K0 "
+          f"(needs >= {thk_frac:.2f})")
+    return {"K": k, "reached": bool(reached), "out_ratio": float(o), "thk_ratio": float(t), "band": band,
+            "evidence": ev}
 
 
 # ----------------------------------------------------------------------------- claims
@@ -594,24 +714,12 @@ def _seed(m: dict, i: int) -> dict:
     return runs[i]
 
 
-def audit_k(by_k: dict, frac: float = 0.5) -> int:
-    """The K at which the audit's claims are checked: the largest K whose trace still emits the canary.
-
-    by_k: ``{K: summary}`` of the first seed's BIO sweep. The paper audits
-    weights whose answer is unlearned while the trace still carries the canary
-    (thk leak 0.83 at its largest K). A scaled sweep can overshoot into weights
-    where every probe is erased, so we take the largest K whose thk leak is at
-    least ``frac`` times its K = 0 value (the largest K if none is).
-    """
-    ks = sorted(by_k)
-    base = by_k[ks[0]]["auto"]["thk_leak"]["mean"]
-    ok = [k for k in ks[1:] if by_k[k]["auto"]["thk_leak"]["mean"] >= frac * base and base > 0]
-    return max(ok) if ok else ks[-1]
-
-
 def _audit(m: dict, by_k: dict) -> dict:
-    """The summary at the audited K (``m["audit_k"]``), or at the largest K when none was recorded."""
-    return by_k[f"K{m['audit_k']}"] if "audit_k" in m else _last(by_k)
+    """The summary at the audited K; not judged when the sweep never reached the paper's state."""
+    a = m["audit"]
+    if not a["reached"]:
+        raise paper.NotJudged(f"the sweep never reached the paper's audited state ({a['evidence']})")
+    return by_k[f"K{a['K']}"]
 
 
 def _last(by_k: dict) -> dict:
@@ -627,56 +735,90 @@ def _gap(sm: dict) -> tuple[float, float, float]:
     return g["mean"], g["low"], g["high"]
 
 
+def _half(ci: dict) -> float:
+    """Half-width of a ``{"mean", "low", "high"}`` interval (the noise band of its mean)."""
+    return (ci["high"] - ci["low"]) / 2
+
+
+def _ci(ci: dict, fmt: str = "+.2f") -> str:
+    return f"{ci['mean']:{fmt}} [{ci['low']:{fmt}}, {ci['high']:{fmt}}]"
+
+
 def _claim_bypass(m):
-    s = _audit(m, _seed(m, 0))
+    by_k = _seed(m, 0)
+    s = _audit(m, by_k)
     g, lo, hi = _gap(s)
-    return lo > 0, f"seed 0, audited K: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] (paper +0.23 [0.13, 0.35])"
+    g0 = _gap(by_k["K0"])[0]
+    return lo > 0, (f"seed 0, audited K = {m['audit']['K']}: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] "
+                    f"(K=0: {g0:+.2f}; paper +0.23 [0.13, 0.35])")
 
 
 def _claim_suppressed(m):
-    by_k = _seed(m, 0)
-    s0, s = by_k["K0"]["auto"], _audit(m, by_k)["auto"]
-    holds = s["out_acc"]["mean"] < s0["out_acc"]["mean"] and s["thk_leak"]["mean"] > s["out_acc"]["mean"]
-    return holds, (f"out acc {s0['out_acc']['mean']:.2f} -> {s['out_acc']['mean']:.2f}, thk leak "
-                   f"{s['thk_leak']['mean']:.2f} at the audited K (paper 1.00 -> 0.60, 0.83)")
+    # the claim is that a state like the paper's exists in the sweep; the audit rule looks for it
+    a, s0 = m["audit"], _seed(m, 0)["K0"]["auto"]
+    return a["reached"], (f"{a['evidence']}; K=0 out acc {s0['out_acc']['mean']:.2f}, thk leak "
+                          f"{s0['thk_leak']['mean']:.2f} (paper 1.00 -> 0.60, thk 0.83)")
 
 
 def _claim_grows(m):
     by_k = _seed(m, 0)
-    first, last = _gap(_first_k(by_k))[0], _gap(_audit(m, by_k))[0]
-    return last > first, f"seed 0 gap {first:+.2f} at the smallest K -> {last:+.2f} at the audited K (paper -0.02 -> +0.23)"
+    first, last = _first_k(by_k)["auto"]["gap"], _audit(m, by_k)["auto"]["gap"]
+    margin, band = last["mean"] - first["mean"], float(np.hypot(_half(first), _half(last)))
+    ev = (f"seed 0 gap {first['mean']:+.2f} at the smallest K -> {last['mean']:+.2f} at the audited K "
+          f"(margin {margin:+.2f}, band +-{band:.2f}; paper -0.02 -> +0.23)")
+    paper.outside_noise(margin, band, ev)
+    return margin > 0, ev
 
 
 def _claim_prefill(m):
-    p = _audit(m, _seed(m, 0))["prefill"]["BIO"]["auto_minus"]
-    g = _gap(_audit(m, _seed(m, 0)))[0]
-    holds = p["low"] > 0 or p["high"] < 0
-    return holds, f"seed 0 Delta_AB = {p['mean']:+.2f} [{p['low']:+.2f}, {p['high']:+.2f}] vs gap {g:+.2f} (paper +0.23 vs +0.23)"
+    by_k = _seed(m, 0)
+    s = _audit(m, by_k)
+    p, p0 = s["prefill"]["BIO"]["auto_minus"], by_k["K0"]["prefill"]["BIO"]["auto_minus"]
+    # the paper's sign: the prefill *lowers* out acc (0.60 -> 0.37), so Delta_AB = AUTO - BIO > 0
+    return p["low"] > 0, (f"seed 0 Delta_AB = {_ci(p)} at the audited K (K=0: {_ci(p0)}) vs gap "
+                          f"{_gap(s)[0]:+.2f} (paper +0.23 vs +0.23)")
 
 
 def _claim_seed_sensitive(m):
-    d = [_audit(m, _seed(m, s))["prefill"]["BIO"]["auto_minus"]["mean"] for s in (0, 1)]
-    return d[0] * d[1] < 0, f"Delta_AB seed 0 {d[0]:+.2f}, seed 1 {d[1]:+.2f} (paper +0.23, then out acc at ceiling)"
+    d = [_audit(m, _seed(m, s))["prefill"]["BIO"]["auto_minus"] for s in (0, 1)]
+    d0 = [_seed(m, s)["K0"]["prefill"]["BIO"]["auto_minus"]["mean"] for s in (0, 1)]
+    ev = (f"Delta_AB seed 0 {_ci(d[0])}, seed 1 {_ci(d[1])} (K=0: {d0[0]:+.2f}, {d0[1]:+.2f}; "
+          "paper +0.23, then out acc at ceiling)")
+    signs = [1 if x["low"] > 0 else -1 if x["high"] < 0 else 0 for x in d]
+    if 0 in signs:  # an interval holding 0 leaves that seed's direction undetermined
+        raise paper.NotJudged(f"{ev}: an interval contains 0, so a direction is not determined")
+    return signs[0] != signs[1], ev
+
+
+TF_FLOOR = 0.9  # App. I: teacher-forced top-1 "remains 0.90-1.00" (0.90 is the paper's own minimum)
 
 
 def _claim_tf(m):
-    tf = _audit(m, _seed(m, 0))["tf"]
-    lo = min(v["mean"] for v in tf.values())
-    return lo >= 0.9, "teacher-forced top-1 " + ", ".join(f"{k} {v['mean']:.2f}" for k, v in tf.items()) + \
-        " (paper 0.90-0.96)"
+    by_k = _seed(m, 0)
+    tf, tf0 = _audit(m, by_k)["tf"], by_k["K0"]["tf"]
+    mode = min(tf, key=lambda k: tf[k]["mean"])
+    margin, band = tf[mode]["mean"] - TF_FLOOR, _half(tf[mode])
+    ev = ("teacher-forced top-1 " + ", ".join(f"{k} {v['mean']:.3f} (K=0 {tf0[k]['mean']:.3f})"
+                                              for k, v in tf.items())
+          + f"; lowest ({mode}) margin {margin:+.3f} to {TF_FLOOR}, band +-{band:.3f} (paper 0.90-0.96)")
+    paper.outside_noise(margin, band, ev)
+    return margin > 0, ev
 
 
 def _claim_flip(m):
     f = m["parser_flip"]
     t, a = f["trace"]["gap"]["mean"], f["answer"]["gap"]["mean"]
-    return t > 0 > a, f"gap {t:+.2f} (missing -> trace) vs {a:+.2f} (missing -> answer); {f['source']} (paper +0.92 / -0.92)"
+    return t > 0 > a, (f"gap {t:+.2f} (missing -> trace) vs {a:+.2f} (missing -> answer); {f['source']} "
+                       "(paper +0.92 / -0.92)")
 
 
 def _claim_templates(m):
-    gaps = {t: _gap(_audit(m, by_k))[0] for t, by_k in m["templates"].items()}
+    _audit(m, _seed(m, 0))  # not judged unless the paper's state was reached
+    k = f"K{m['audit']['K']}"
+    gaps = {t: _gap(by_k[k])[0] for t, by_k in m["templates"].items()}
     others = [g for t, g in gaps.items() if t != "BIO"]
     holds = gaps["BIO"] > 0 and bool(others) and all(g <= 0 for g in others)
-    return holds, "gap at the audited K: " + ", ".join(f"{t} {g:+.2f}" for t, g in gaps.items())
+    return holds, f"gap at the audited {k}: " + ", ".join(f"{t} {g:+.2f}" for t, g in gaps.items())
 
 
 def _claim_ga(m):
@@ -686,23 +828,33 @@ def _claim_ga(m):
 
 
 def _claim_retain(m):
+    from memlab import metrics as M
+
     by_k = _seed(m, 0)
-    r0, r = by_k["K0"]["retain"]["acc"], _last(by_k)["retain"]["acc"]
-    return r < r0, f"retain acc {r0:.2f} -> {r:.2f} ({100 * (r - r0):+.0f} pp; paper -25 pp)"
+    r0, r = by_k["K0"]["retain"], _last(by_k)["retain"]
+    n = int(r0.get("n", 60))
+    margin = r0["acc"] - r["acc"]
+    band = M.diff_band(r0["acc"], n, r["acc"], n)
+    ev = (f"retain acc {r0['acc']:.2f} -> {r['acc']:.2f} ({-100 * margin:+.0f} pp, "
+          f"band +-{100 * band:.0f} pp over {n} probes; paper -25 pp)")
+    paper.outside_noise(margin, band, ev)
+    return margin > 0, ev
 
 
 def _claim_seed1(m):
-    g, lo, hi = _gap(_audit(m, _seed(m, 1)))
-    return lo > 0, f"seed 1, audited K: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] (paper +0.18 [0.05, 0.32])"
-
+    by_k = _seed(m, 1)
+    g, lo, hi = _gap(_audit(m, by_k))
+    return lo > 0, (f"seed 1, audited K = {m['audit']['K']}: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] "
+                    f"(K=0: {_gap(by_k['K0'])[0]:+.2f}; paper +0.18 [0.05, 0.32])")
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
 # and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
-    'k_values', 'ksweep', 'audit_k', 'anatomy', 'parser_flip', 'parser_flip_by_k',
-    'natural_tag_missing', 'templates', 'ga', 'retain',
+    'k_values', 'ksweep', 'audit_k', 'audit', 'regime', 'anatomy', 'parser_flip', 'parser_flip_by_k',
+    'natural_tag_missing', 'templates', 'ga', 'retain', 'npo_retain_variant',
 )
+
 
 def claims():
     """The paper's claims as predicates over this chapter's metrics."""
@@ -715,22 +867,24 @@ def claims():
     return declare(METRIC_KEYS, [
         Claim("bypass", "After answer-masked NPO the parser-split gap (thk leak - out acc) is positive with a CI "
               "excluding 0", "Sec. 4.1", _claim_bypass),
-        Claim("suppressed", "NPO lowers out acc while the thinking trace keeps emitting the canary more often",
-              "Sec. 4.1", _claim_suppressed),
-        Claim("gap_grows", "The gap grows from about zero at the smallest K to its largest value at the largest K",
+        Claim("suppressed", "NPO lowers out acc to about 0.6 of its K = 0 value while the thinking trace "
+              "keeps emitting the canary (thk leak >= 0.8 of K = 0)", "Sec. 4.1", _claim_suppressed),
+        Claim("gap_grows", "The gap grows from about zero at the smallest K to its value at the audited K",
               "Sec. 4.1, App. B", _claim_grows),
-        Claim("prefill_moves", "At fixed weights, replacing the thinking trace by a non-canary BIO prefill changes "
-              "out acc (Delta_AB CI excludes 0)", "Sec. 4.2", _claim_prefill),
-        Claim("seed_sensitive", "The prefill effect is seed-sensitive: its direction differs between seeds",
-              "Sec. 4.2, App. F", _claim_seed_sensitive),
-        Claim("teacher_forced", "Teacher-forced top-1 on the canary continuation stays >= 0.9 under every prefill",
-              "App. I", _claim_tf),
+        Claim("prefill_moves", "At fixed weights, replacing the thinking trace by a non-canary BIO prefill "
+              "lowers out acc (Delta_AB = AUTO - BIO > 0, CI excluding 0)", "Sec. 4.2", _claim_prefill),
+        Claim("seed_sensitive", "The prefill effect is seed-sensitive: Delta_AB's direction differs between "
+              "seeds (both intervals exclude 0, on opposite sides)", "Sec. 4.2, App. F",
+              _claim_seed_sensitive),
+        Claim("teacher_forced", f"Teacher-forced top-1 on the canary continuation stays >= {TF_FLOOR} under "
+              "every prefill", "App. I", _claim_tf),
         Claim("parser_flip", "With the closing tag missing, the two parser conventions give gaps of opposite sign "
-              "on the same outputs", "Sec. 4.4", _claim_flip),
+              "on the same outputs (true by construction once the tag is banned at decode)", "Sec. 4.4",
+              _claim_flip, sanity=True),
         Claim("template_confined", "The bypass gap is confined to the BIO template (META and NONE give gap <= 0)",
               "App. A", _claim_templates),
         Claim("ga_collapse", "Gradient Ascent drives both out acc and thk leak to 0", "App. D", _claim_ga),
         Claim("retain_drop", "NPO costs retain accuracy on generic probes by the largest K", "App. G", _claim_retain),
-        Claim("seed1_gap", "On a second seed the largest-K gap is again positive with a CI excluding 0", "App. F",
-              _claim_seed1),
+        Claim("seed1_gap", "On a second seed the audited gap is again positive with a CI excluding 0",
+              "App. F", _claim_seed1),
     ])
