@@ -10,6 +10,9 @@ class Chapter:
     title: str
     module: str
     paper: str  # summary file under shared/papers
+    # True for a chapter that reproduces no paper and judges the book's own pre-registered
+    # hypotheses (data/papers/<id>.yaml "hypotheses"): the scorecard counts them apart.
+    hypotheses: bool = False
 
     @property
     def source(self) -> str:
@@ -29,5 +32,7 @@ CHAPTERS: dict[str, Chapter] = {
                 "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt"),
         Chapter("05_capacity", "How much do language models memorize?",
                 "memlab.experiments.ch05_capacity", "lm-memorization-capacity.txt"),
+        Chapter("06_cross_lens", "One model, many lenses",
+                "memlab.experiments.ch06_cross_lens", "", hypotheses=True),
     )
 }
