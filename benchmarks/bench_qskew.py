@@ -1,7 +1,7 @@
 """Benchmark: batched cyclic-mask scoring vs one mask pattern per forward pass.
 
 Scores the same sequences with Q-Skew twice, once through ``memlab.mia.model_view``
-(all R * round(1/rho) cyclic patterns of all sequences batched) and once with a
+(all R * ceil(L / round(rho L)) cyclic patterns of all sequences batched) and once with a
 loop that runs the target and the reference on one masked copy at a time, both
 through ``memlab.models.diffusion_lm.masked_nll``. For each requested torch
 thread count it prints both timings (best of ``--repeats``), their ratio, tokens

@@ -29,9 +29,15 @@
 # on WikiText-2 {cite}`merity2016wikitext` ourselves (profiles `smoke` and `cpu`); the `paper`
 # profile points the same code at LLaDA-8B / Dream-7B through `transformers`. We compare Q-Skew with
 # Loss, Min-K% {cite}`shi2024mink`, Min-K%++ {cite}`zhang2025minkpp`, reference calibration,
-# SecMI adapted to masking {cite}`duan2023secmi` and SAMA {cite}`qskew_chen2026sama`, all computed from one masked-likelihood
-# interface, and we try the paper's PII reconstruction attack (in the spirit of
-# {cite}`carlini2021extracting`).
+# the loss at deterministic masks, SecMI's t-error carried over to masking {cite}`duan2023secmi` and
+# SAMA {cite}`qskew_chen2026sama`, all computed from one masked-likelihood interface, and we try the
+# paper's PII reconstruction attack (in the spirit of {cite}`carlini2021extracting`).
+#
+# Two things decide whether a small model can test the paper at all, and the chapter measures both
+# before any attack: whether the base model *reads context* (a masked LM that only learned token
+# frequencies gives Q-Skew nothing to skew), and whether fine-tuning crosses a *domain gap* (as
+# LLaDA, pre-trained on web text, fine-tuned on WikiText), which is what makes a plain calibrated
+# loss noisy in the paper.
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
@@ -57,14 +63,22 @@ pd.set_option("display.precision", 1)
 # **Model.** At `smoke`/`cpu` the base model is a small bidirectional transformer with a mask
 # token (`memlab.models.diffusion_lm.MaskedDiffusionLM`), pre-trained with the LLaDA objective on the
 # WikiText-2 *test* split: a ratio $t \sim U(0,1)$ is drawn per sequence, every token is masked with
-# probability $t$, and the cross-entropy on masked tokens is weighted by $1/t$. An "instruct"
-# variant is the base trained further on instruction pairs from the same test split. Both are cached.
+# probability $t$, and the cross-entropy on masked tokens is weighted by $1/t$. At `cpu` it is
+# pre-trained for 4000 batches of 32 blocks of 48 tokens (about 20 passes over the split), long
+# enough that it reads context (next section). An "instruct" variant is the base trained further on
+# instruction pairs from the same test split. Both are cached: the pre-training is the chapter's
+# cold cost (given at the end of the chapter).
 #
-# **Members and non-members** come from the WikiText-2 *validation* split, drawn at random from the
-# same pool in every run, so they share one distribution:
+# **Members and non-members** are drawn at random from one pool in every run, so they share one
+# distribution:
 #
-# * *domain fine-tuning*: fixed-length blocks of consecutive tokens; the base model is fine-tuned on the
-#   members (AdamW, `epochs` epochs, batch 16);
+# * *domain fine-tuning*, in two settings: **same domain**, fixed-length blocks of the WikiText-2
+#   *validation* split (the pre-training domain), and **domain gap**, blocks of the docstrings of
+#   56 Python standard-library modules (`memlab.data.docstrings`: technical English about
+#   programming, read at run time with `inspect.getdoc`, identical on every machine with the same
+#   Python version, which the provenance records). The base model is fine-tuned on the members
+#   (AdamW, `epochs` epochs, batch 16). The claims below judge the domain-gap setting, the paper's;
+#   the same-domain setting is the control;
 # * *instruction fine-tuning*: variable-length pairs built from consecutive sentences of one paragraph,
 #   prompt = `Instruction : continue the article . Input : <sentence i> Response :`, response =
 #   sentence $i+1$, padded to a fixed length. The instruct variant is fine-tuned on the member pairs,
@@ -81,15 +95,39 @@ pd.set_option("display.precision", 1)
 # %%
 setup = ch.prepare(cfg)
 run.record(setup=setup.info)
-display(pd.Series(setup.info, name="value").to_frame())
+display(
+    pd.Series({k: v for k, v in setup.info.items() if k != "gap_corpus"}, name="value")
+    .astype(str)
+    .to_frame()
+)
+if "gap_corpus" in setup.info:
+    display(pd.Series(setup.info["gap_corpus"], name="docstring corpus").to_frame())
+
+# %% [markdown]
+# ### The regime: does the base model read context?
+#
+# A masked LM that has only learned how frequent each token is predicts every masked token from the
+# same unigram distribution, whatever the context; fine-tuning then moves frequency priors, and the
+# per-token differences Q-Skew reads carry no trace of *which* tokens were memorised. The table gives
+# the base's masked NLL at $\rho$ (one round of cyclic masks over 256 fixed random blocks, every token
+# scored once) beside the NLL of an add-one unigram model of the pre-training tokens on the same
+# blocks. The run fails, with a clear error, when the base is less than `context_margin` (0.5) nats
+# below the unigram on its own domain (`ch.check_context`). The paper's models report no masked
+# NLL; they are web-scale pre-trained models that certainly read context.
+
+# %%
+run.record(regime=setup.regime)
+ch.regime_table(setup)
 
 # %% [markdown]
 # ## The Q-Skew score
 #
 # For a sequence $x$ of $L$ tokens, **cyclic sampling** runs $R$ rounds; each round permutes the
-# positions and cuts them into $C=\mathrm{round}(1/\rho)$ disjoint batches of about $\rho L$ tokens
-# ($\rho=0.35$), so every token is masked exactly once per round. For each batch $M$ and each masked
-# token $i \in M$,
+# positions and cuts them into consecutive batches of $b=\mathrm{round}(\rho L)$ tokens
+# ($\rho=0.35$; at $L=48$, batches of 17, 17 and 14), the last one shorter where $b$ does not
+# divide $L$, so every token is masked exactly once per round and a full batch hides a share
+# $\rho$ of the tokens, within $1/2L$ (`tests/test_mia.py` checks this over $\rho$ = 0.1 to 0.5).
+# For each batch $M$ and each masked token $i \in M$,
 #
 # $$\Delta_{i,M} = -\log p_{\mathrm{ref}}(x_i \mid x_{M^c}) + \log p_{\mathrm{target}}(x_i \mid x_{M^c}).$$
 #
@@ -121,99 +159,127 @@ display(
 )
 
 # %% [markdown]
-# **Baselines on the same interface.** *Loss* {cite}`qskew_yeom2018privacy`: minus the target's mean
-# masked NLL over the cyclic masks. *Min-K%* ($k=20\%$): minus the mean NLL of the 20% worst-predicted positions. *Min-K%++*:
-# the mean of the 20% lowest $z_i=(\log p(x_i)-\mu_i)/\sigma_i$, with $\mu_i,\sigma_i$ the mean and
-# standard deviation of $\log p$ under the predicted distribution ($\sigma$ floored, at least one
-# token kept). *Calibration* {cite}`qskew_watson2022calibration`: mean reference NLL minus mean target NLL. *SecMI*: minus the target's
-# masked NLL at fixed ratios 0.2/0.4/0.6/0.8 with deterministic, nested masks (the discrete analogue
-# of SecMI's deterministic forward process). *SAMA* {cite}`qskew_chen2026sama`: over growing nested masks (5% to 50%), the share
-# of random 8-token subsets whose summed reference NLL exceeds the summed target NLL, steps weighted
-# $1/s$. Metrics: AUC and TPR at 10% and 1% FPR from scikit-learn's ROC, mean over runs.
+# **Baselines on the same interface.** *Loss* {cite}`qskew_yeom2018privacy`: minus the target's
+# mean masked NLL over the cyclic masks. *Min-K%* ($k=20\%$): minus the mean NLL of the 20%
+# worst-predicted positions. *Min-K%++*: the mean of the 20% lowest
+# $z=(\log p(x_i)-\mu)/\sigma$, with $\mu,\sigma$ the mean and standard deviation of $\log p$ under
+# the predicted distribution; each $z$ is formed within one mask pattern, from that pattern's own
+# prediction, and the lowest 20% are taken over all (pattern, token) entries. *Calibration*
+# {cite}`qskew_watson2022calibration`: mean reference NLL minus mean target NLL. *Loss at
+# deterministic masks*: minus the target's masked NLL at fixed nested masks (ratios 0.3/0.5/0.7/0.9
+# of one fixed permutation), averaged; public DLM code calls this "SecMI adapted to DLMs", but it
+# lacks SecMI's defining step. *SecMI (t-error)* {cite}`duan2023secmi`: SecMI compares a sample's
+# deterministic state $\tilde x_t$ with the result of one deterministic forward step and one
+# deterministic reverse step, $\ell_t=\lVert\psi_\theta(\phi_\theta(\tilde x_t,t),t+k)-\tilde
+# x_t\rVert^2$. With masks: $\tilde x_t$ hides the first $tL$ tokens of a fixed permutation, the
+# forward step hides $kL$ more ($k=0.2$), and the reverse step returns the model's expected one-hot
+# vector at those $kL$ tokens (the still-hidden ones agree on both sides); $\ell_t$ is the mean
+# squared error $\lVert p_\theta(\cdot\mid\tilde x_{t+k})_i-e_{x_i}\rVert^2$ over them, and the
+# score is minus its mean over $t$ = 0.1/0.3/0.5/0.7. *SAMA* {cite}`qskew_chen2026sama`: over
+# growing nested masks (5% to 50%), the share of random 8-token subsets whose summed reference NLL
+# exceeds the summed target NLL, steps weighted $1/s$; as in the public SAMA code, each token keeps
+# the loss of the step at which it was first masked. Metrics: AUC and TPR at 10% and 1% FPR from
+# scikit-learn's ROC, mean over runs. A TPR at FPR $f$ is reported only when $f$ times the number of
+# non-members allows at least five false positives; otherwise the cell says "n/a" with the count
+# (with 250 non-members, TPR@1%FPR would be the TPR at two false positives).
 
 # %% [markdown]
 # ## Domain fine-tuning (Table 1)
+#
+# Each domain setting fine-tunes the base on its own members; scores, references and runs are
+# otherwise identical. The paper's numbers (LLaDA-8B-Base fine-tuned on WikiText, Table 1; only the
+# Q-Skew and SAMA entries are in our summary of the paper) sit beside both.
 
 # %%
-dft = ch.domain_experiment(setup)
-ours_dft = ch.table1(dft)
-run.record(domain=ours_dft.to_dict(orient="index"))
+DOMAIN_NAMES = {
+    "same": "Same domain (WikiText-2 valid, the pre-training domain)",
+    "gap": "Domain gap (standard-library docstrings)",
+}
+n_non, min_fp = cfg.n_nonmembers, cfg.tpr_min_fp
+dft = {d: ch.domain_experiment(setup, d) for d in cfg.domains}
+ours_dft = {d: ch.table1(r) for d, r in dft.items()}
+run.record(domain={d: t.to_dict(orient="index") for d, t in ours_dft.items()})
 paper_dft = paper.table(CH, "table1_wikitext")
-paper.side_by_side(ours_dft, paper_dft, ch.METRICS)
+for d, t in ours_dft.items():
+    display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
+    display(ch.na_cells(paper.side_by_side(t, paper_dft, ch.METRICS), n_non, min_fp))
 
 # %% [markdown]
-# Paper: LLaDA-8B-Base fine-tuned on WikiText (Table 1; only the Q-Skew and SAMA entries are in our
-# summary of the paper). Ours: the small DLM fine-tuned on WikiText-2 blocks, mean over runs, in %.
-# Where the paper reports no number the cell shows –.
+# Ours: the small DLM fine-tuned on 48-token blocks, mean over runs, in %. Where the paper reports
+# no number the cell shows –.
 
 # %% [markdown]
 # ### Why skewness: the distribution of $\Delta$
 
 # %%
-if dft.examples is not None and dft.examples["qskew"] is not None:
-    ex = dft.examples
-    from scipy.stats import skew as _skew
+from scipy.stats import skew as _skew
 
-    pairs = list(zip(ex["deltas"], ex["labels"]))
-    pooled = {lab: np.concatenate([d for d, y in pairs if y == lab]) for lab in (1, 0)}
-    # Left: pooled Delta of members vs non-members; right: Q-Skew score histograms.
-    fig, (a, b) = plotting.figure("wide", ncols=2)
-    lo, hi = np.percentile(np.r_[pooled[1], pooled[0]], [0.5, 99.5])
-    bins = np.linspace(lo, hi, 60)
-    a.hist(pooled[0], bins, density=True, alpha=0.6, label="non-members")
-    a.hist(pooled[1], bins, density=True, alpha=0.6, label="members")
-    a.set_xlabel(r"$\Delta$ = NLL$_{ref}$ - NLL$_{target}$ per masked token (nats)")
-    a.set_ylabel("density")
-    a.legend()
-    q, lab = ex["qskew"], ex["labels"]
-    bins = np.linspace(q.min(), q.max(), 25)
-    b.hist(q[lab == 0], bins, alpha=0.6, label="non-members")
-    b.hist(q[lab == 1], bins, alpha=0.6, label="members")
-    b.set_xlabel("Q-Skew score per sequence")
-    b.legend()
-    _ = plotting.publish(fig, "deltas", CH)
-    delta_stats = pd.DataFrame(
-        {
-            name: {
-                "mean": v.mean(),
-                "median": np.median(v),
-                "skewness": _skew(v),
-                "Q-Skew (pooled)": mia.qskew(v),
-            }
-            for name, v in (("members", pooled[1]), ("non-members", pooled[0]))
-        }
-    ).T
-    run.record(delta_stats=delta_stats.to_dict(orient="index"))
-    display(delta_stats.round(3))
-    m_, n_ = delta_stats.loc["members"], delta_stats.loc["non-members"]
-    predicted = (
-        m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
+delta_rows = {}
+shown = [d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None]
+if shown:
+    # One row per domain setting. Left: pooled Delta of members vs non-members;
+    # right: Q-Skew score histograms.
+    fig, axes = plotting.figure(
+        "tall" if len(shown) > 1 else "wide", ncols=2, nrows=len(shown), squeeze=False
     )
-    display(
-        Markdown(
-            f"In this run the members' $\\Delta$ have mean {m_['mean']:.3f} nats"
-            f" against {n_['mean']:.3f} for non-members, and pooled Q-Skew"
-            f" {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
-            + (
-                "As the paper predicts, the members' differences are right-skewed and"
-                " more so than the non-members'."
-                if predicted
-                else (
-                    "The paper predicts a right-skewed member distribution (pooled"
-                    " Q-Skew above zero and above the non-members'); here fine-tuning"
-                    " mainly *shifts* the members' differences instead. A location"
-                    " statistic such as Calibration picks the shift up; Q-Skew,"
-                    " invariant to shifts by design, does not."
+    for (a, b), d in zip(axes, shown):
+        ex = dft[d].examples
+        pairs = list(zip(ex["deltas"], ex["labels"]))
+        pooled = {
+            lab: np.concatenate([x for x, y in pairs if y == lab]) for lab in (1, 0)
+        }
+        lo, hi = np.percentile(np.r_[pooled[1], pooled[0]], [0.5, 99.5])
+        bins = np.linspace(lo, hi, 60)
+        a.hist(pooled[0], bins, density=True, alpha=0.6, label="non-members")
+        a.hist(pooled[1], bins, density=True, alpha=0.6, label="members")
+        a.set_xlabel(r"$\Delta$ = NLL$_{ref}$ - NLL$_{target}$ (nats)")
+        a.set_ylabel(f"density ({d})")
+        a.legend()
+        q, lab = ex["qskew"], ex["labels"]
+        bins = np.linspace(q.min(), q.max(), 25)
+        b.hist(q[lab == 0], bins, alpha=0.6, label="non-members")
+        b.hist(q[lab == 1], bins, alpha=0.6, label="members")
+        b.set_xlabel("Q-Skew score per sequence")
+        b.legend()
+        delta_rows[d] = pd.DataFrame(
+            {
+                name: {
+                    "mean": v.mean(),
+                    "median": np.median(v),
+                    "skewness": _skew(v),
+                    "Q-Skew (pooled)": mia.qskew(v),
+                }
+                for name, v in (("members", pooled[1]), ("non-members", pooled[0]))
+            }
+        ).T
+    _ = plotting.publish(fig, "deltas", CH)
+    run.record(delta_stats={d: t.to_dict(orient="index") for d, t in delta_rows.items()})
+    for d, t in delta_rows.items():
+        m_, n_ = t.loc["members"], t.loc["non-members"]
+        skewed = m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
+        display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
+        display(t.round(3))
+        display(
+            Markdown(
+                f"Members' $\\Delta$: mean {m_['mean']:.3f} nats against"
+                f" {n_['mean']:.3f} for non-members; pooled Q-Skew"
+                f" {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
+                + (
+                    "The members' differences are right-skewed and more so than the"
+                    " non-members', as the paper predicts."
+                    if skewed
+                    else "The members' differences are not right-skewed beyond the"
+                    " non-members' here, contrary to the paper's prediction."
                 )
             )
         )
-    )
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-deltas
 # :name: fig-04-deltas
 # Left: per-token differences $\Delta$ = reference NLL minus target NLL, pooled over the members and
-# over the non-members of run 0 (domain fine-tuning). Right: the Q-Skew score of each sequence.
+# over the non-members of run 0, one row per domain setting (top: same domain, bottom: domain gap).
+# Right: the Q-Skew score of each sequence.
 # ```
 
 # %% [markdown]
@@ -223,7 +289,9 @@ if dft.examples is not None and dft.examples["qskew"] is not None:
 ift = ch.instruction_experiment(setup)
 ours_ift = ch.table2(ift)
 run.record(instruction=ours_ift.to_dict(orient="index"))
-paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS)
+ch.na_cells(
+    paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS), n_non, min_fp
+)
 
 # %% [markdown]
 # Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (Table 2, the general-purpose instruction set
@@ -237,26 +305,34 @@ display(paper.table(CH, "table3_dream"))
 # ## Attack strength against fine-tuning epochs (Figure 2)
 
 # %%
-sweep = ch.figure2_table(dft)
-fig, ax = plotting.figure("single")
-for label, row in sweep.iterrows():
-    width = 2.2 if label == "Q-Skew" else 1.2
-    ax.plot(sweep.columns, row.to_numpy(), marker="o", lw=width, label=label)
-ax.axhline(50, color="grey", lw=0.8, ls="--")
-ax.set_xticks(list(sweep.columns))
-ax.set_xlabel("fine-tuning epochs")
-ax.set_ylabel("AUC (%)")
-ax.legend(ncol=2)
+sweeps = {d: ch.figure2_table(r) for d, r in dft.items()}
+fig, axes = plotting.figure("wide", ncols=len(sweeps), squeeze=False, sharey=True)
+for ax, (d, sweep) in zip(axes[0], sweeps.items()):
+    for label, row in sweep.iterrows():
+        width = 2.2 if label == "Q-Skew" else 1.2
+        ax.plot(sweep.columns, row.to_numpy(), marker="o", lw=width, label=label)
+    ax.axhline(50, color="grey", lw=0.8, ls="--")
+    ax.set_xticks(list(sweep.columns))
+    ax.set_xlabel("fine-tuning epochs")
+    ax.set_title(d)
+axes[0][0].set_ylabel("AUC (%)")
+axes[0][-1].legend(fontsize="small")
 _ = plotting.publish(fig, "epochs", CH)
-run.record(epochs_sweep_auc={str(e): sweep[e].to_dict() for e in sweep.columns})
-sweep
+run.record(
+    epochs_sweep_auc={
+        d: {str(e): s[e].to_dict() for e in s.columns} for d, s in sweeps.items()
+    }
+)
+for d, sweep in sweeps.items():
+    display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
+    display(sweep)
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-epochs
 # :name: fig-04-epochs
-# AUC (%) of every score against the number of fine-tuning epochs (domain fine-tuning, snapshots of
-# one run per seed, mean over runs). The paper's Figure 2 shows Q-Skew above the baselines at every
-# epoch; its point values are not in our summary of the paper.
+# AUC (%) of every score against the number of fine-tuning epochs (snapshots of one run per seed,
+# mean over runs), one panel per domain setting. The paper's Figure 2 shows Q-Skew above the
+# baselines at every epoch; its point values are not in our summary of the paper.
 # ```
 
 # %% [markdown]
@@ -264,16 +340,36 @@ sweep
 #
 # *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
 # base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
-# golden reference fine-tuned, with the same recipe, on *other* data (held-out blocks or pairs) in
-# which 20% of the tokens were replaced at random.
+# golden reference fine-tuned, with the same recipe, on *other* data of the same domain (held-out
+# blocks or pairs) in which 20% of the tokens were replaced at random.
 
 # %%
-t4 = ch.table4(dft, ift, cfg.scores)
-for side, ours in t4.items():
-    label, key = ch.TABLE4_SIDES[side]
-    run.record(**{f"table4_{side}": ours.to_dict(orient="index")})
-    display(Markdown(f"**{label}** (paper: {paper.source(CH, key)})"))
-    display(paper.side_by_side(ours, paper.table(CH, key), ch.METRICS))
+t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
+if any(t4.values()):
+    run.record(table4_base={d: t["base"].to_dict(orient="index") for d, t in t4.items() if t})
+    first = next(t for t in t4.values() if t)
+    run.record(table4_instruct=first["instruct"].to_dict(orient="index"))
+    for side in ("base", "instruct"):
+        label, key = ch.TABLE4_SIDES[side]
+        for d, t in t4.items():
+            if not t:
+                continue
+            display(
+                Markdown(
+                    f"**{label}**"
+                    + (f", {DOMAIN_NAMES[d]}" if side == "base" else "")
+                    + f" (paper: {paper.source(CH, key)})"
+                )
+            )
+            display(
+                ch.na_cells(
+                    paper.side_by_side(t[side], paper.table(CH, key), ch.METRICS),
+                    n_non,
+                    min_fp,
+                )
+            )
+            if side == "instruct":
+                break
 
 # %% [markdown]
 # ## Ablation (Table 5)
@@ -283,10 +379,17 @@ for side, ours in t4.items():
 # weighting*: plain $3(\mathrm{mean}-\mathrm{median})/s$.
 
 # %%
-ours_abl = ch.table5(dft)
-if ours_abl is not None:
-    run.record(ablation=ours_abl.to_dict(orient="index"))
-    display(paper.side_by_side(ours_abl, paper.table(CH, "table5"), ch.METRICS))
+ours_abl = {d: ch.table5(r) for d, r in dft.items()}
+ours_abl = {d: t for d, t in ours_abl.items() if t is not None}
+if ours_abl:
+    run.record(ablation={d: t.to_dict(orient="index") for d, t in ours_abl.items()})
+    for d, t in ours_abl.items():
+        display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
+        display(
+            ch.na_cells(
+                paper.side_by_side(t, paper.table(CH, "table5"), ch.METRICS), n_non, min_fp
+            )
+        )
 
 # %% [markdown]
 # ## Token-level asymmetry (Figure 1)
@@ -324,13 +427,18 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 #
 # Records are synthetic (`memlab.data.pii`): a fictional name and topic followed by an e-mail address
 # or a phone number, e.g. `Maria Lopez of the harbour survey , email : maria.lopez41@inbox.net`,
-# padded with an end-of-text token. The base model is fine-tuned on all target records. For each
+# padded with an end-of-text token. The base model is fine-tuned on all target records (at `cpu`,
+# 1000 epochs, so that it has memorised them: the last row of the table shows how often the true PII
+# is among the candidates at all). For each
 # record, 20 mask tokens replace the PII (and the padding after it), $N$ candidates come from
 # independent denoising runs (LLaDA's low-confidence remasking, temperature 1), and the unique
-# candidates are ranked by cross-entropy (target model, random 35% masks; lower is better), by Q-Skew
+# candidates are ranked by cross-entropy (target model, random masks hiding 35% of the record's own
+# tokens, never the padding, a share set apart from $\rho$ as in the paper; lower is better), by Q-Skew
 # with cyclic masks over the PII tokens only, by Q-Skew over the context tokens of a 20-token span
 # only, and by $-(1-\alpha)Z(\mathrm{CE}) + \alpha Z(\mathrm{QSkew})$ with $\alpha=0.1$. Success means
 # the top candidate equals the true string; the last row shows how often it was among the candidates.
+# A ranking can only be judged on targets whose truth is among the candidates, so the claims are
+# "not judged" when none is, and when two rankings' hit rates differ by less than their noise band.
 
 # %%
 pii = ch.pii_experiment(setup)
@@ -339,12 +447,22 @@ run.record(
         "hits": pii["hits"],
         "oracle": pii["oracle"],
         "targets_per_kind": pii["n"],
+        "ce_mask_share": cfg.pii_ce_share,
+        "epochs": cfg.pii_epochs,
         "memorisation": pii["memorisation"].to_dict(orient="index"),
     }
 )
 ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
 display(paper.side_by_side(ours_pii, paper.table(CH, "table6")))
 display(pii["examples"])
+_o, _n = pii["oracle"], pii["n"]
+display(
+    Markdown(
+        f"The true PII is among the unique candidates for {_o['phone']}/{_n} phone numbers and"
+        f" {_o['email']}/{_n} e-mail addresses ({cfg.pii_candidates} denoising runs each,"
+        f" after {cfg.pii_epochs} fine-tuning epochs): the ceiling of every ranking."
+    )
+)
 display(
     Markdown(
         "Mean NLL (nats per token) of the true PII with the whole PII masked, before"
@@ -372,19 +490,23 @@ _ = run.save(claims=verdicts)
 # %%
 tally = paper.tally(verdicts)
 if "qskew" in cfg.scores and len(cfg.scores) > 1:
-    q_d, (b_d, a_d) = run.metrics["domain"]["Q-Skew"]["AUC"], ch.best_baseline(
-        run.metrics, "domain"
-    )
-    q_i, (b_i, a_i) = run.metrics["instruction"]["Q-Skew"]["AUC"], ch.best_baseline(
-        run.metrics, "instruction"
+    parts = []
+    for d, t in ours_dft.items():
+        others = t["AUC"].drop("Q-Skew")
+        parts.append(
+            f"{t.loc['Q-Skew', 'AUC']:.1f}% after domain fine-tuning, {d} setting (best"
+            f" baseline: {others.idxmax()}, {others.max():.1f}%)"
+        )
+    others = ours_ift["AUC"].drop("Q-Skew")
+    parts.append(
+        f"{ours_ift.loc['Q-Skew', 'AUC']:.1f}% after instruction fine-tuning (best"
+        f" baseline: {others.idxmax()}, {others.max():.1f}%)"
     )
     display(
         Markdown(
-            f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC"
-            f" of {q_d:.1f}% after domain fine-tuning (best baseline: {b_d},"
-            f" {a_d:.1f}%) and {q_i:.1f}% after instruction fine-tuning (best baseline:"
-            f" {b_i}, {a_i:.1f}%); the paper reports 80.3% (WikiText) and 81.4%"
-            " (Alpaca) on LLaDA-8B. "
+            f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC of "
+            + "; ".join(parts)
+            + ". The paper reports 80.3% (WikiText) and 81.4% (Alpaca) on LLaDA-8B. "
             + ", ".join(f"{n} claims {v}" for v, n in tally.items() if n)
             + "."
         )

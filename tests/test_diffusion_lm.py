@@ -1,4 +1,5 @@
 """Unit tests of the masked diffusion LM, the LLaDA loss and the masked-likelihood interface."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -131,3 +132,29 @@ def test_load_pretrained_tiny_local_models(tmp_path):
     assert torch.isfinite(nll[:, 2]).all() and torch.isnan(nll[:, 0]).all()
     with pytest.raises(ValueError, match="family"):
         dlm.load_pretrained(str(tmp_path / "llada"), "gpt")
+
+
+def test_unigram_nll_matches_hand_count():
+    # vocab 4, id 3 excluded (mask): counts of 0, 1, 2 in train = 2, 1, 0, plus one each -> 3, 2, 1.
+    train = torch.tensor([0, 0, 1, 3, 3])
+    ev = torch.tensor([[0, 1], [2, 3]])
+    p = np.array([3, 2, 1]) / 6
+    expected = -np.mean(np.log([p[0], p[1], p[2]]))
+    assert dlm.unigram_nll(train, ev, 4, exclude=(3,)) == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="token ids"):
+        dlm.unigram_nll(torch.tensor([5]), ev, 4)
+
+
+def test_masked_nll_brier_is_squared_error_to_one_hot():
+    torch.manual_seed(0)
+    model = dlm.MaskedDiffusionLM(dlm.DLMConfig(vocab_size=9, mask_id=8, block_size=6, n_layer=1,
+                                                n_head=1, n_embd=8)).eval()
+    ids = torch.randint(0, 8, (3, 6))
+    masks = torch.rand(3, 6) < 0.5
+    masks[:, 0] = True
+    nll, brier = dlm.masked_nll(model, ids, masks, with_brier=True)
+    p = torch.softmax(model(torch.where(masks, torch.full_like(ids, 8), ids)), -1)
+    direct = ((p - torch.nn.functional.one_hot(ids, 9).float()) ** 2).sum(-1)
+    assert torch.allclose(brier[masks], direct[masks], atol=1e-5)
+    assert torch.isnan(brier[~masks]).all()
+    assert torch.allclose(nll, dlm.masked_nll(model, ids, masks), equal_nan=True)

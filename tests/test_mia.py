@@ -74,21 +74,123 @@ def test_min_k_takes_worst_tokens():
 def test_cyclic_sampler_covers_each_position_once_per_round():
     eligible = torch.tensor([False, True, True, True, True, True, True, True, True, True, False, True])
     masks = mia.cyclic_masks(eligible, rho=0.35, rounds=4, generator=torch.Generator().manual_seed(0))
-    c = round(1 / 0.35)
+    n = int(eligible.sum())  # 10 -> batches of round(3.5) = 4 tokens: 4, 4, 2
+    c = 3
     assert masks.shape == (4 * c, eligible.numel())
     per_round = masks.view(4, c, -1).sum(1)
     assert torch.equal(per_round, eligible.long().expand(4, -1))
-    sizes = masks.sum(1)
-    assert sizes.max() - sizes.min() <= 1  # batches of about rho * n tokens
+    assert masks.view(4, c, -1).sum(2).tolist() == [[4, 4, n - 8]] * 4
     assert not masks[:, ~eligible].any()
+
+
+@pytest.mark.parametrize("n", [48, 100, 31])
+def test_cyclic_full_batch_share_tracks_rho(n):
+    e = torch.ones(n, dtype=torch.bool)
+    for rho in np.arange(0.10, 0.501, 0.05):
+        masks = mia.cyclic_masks(e, float(rho), 1, torch.Generator().manual_seed(0))
+        share = masks.sum(1).max().item() / n  # a full batch
+        assert abs(share - rho) <= 0.5 / n + 1e-12, (n, rho, share)
+        sizes = masks.sum(1)
+        assert (sizes[:-1] == sizes[0]).all() and 0 < sizes[-1] <= sizes[0]  # only the remainder is short
+        assert int(sizes.sum()) == n
+
+
+def test_cyclic_masks_differ_between_nearby_rhos():
+    # The old sampler cut each round into round(1/rho) batches: 0.30 gave the masks of 0.35
+    # and 0.40/0.45 those of 0.50. Batches of ~ rho n tokens tell them apart.
+    e = torch.ones(48, dtype=torch.bool)
+    got = {rho: mia.cyclic_masks(e, rho, 2, torch.Generator().manual_seed(3)) for rho in (0.30, 0.35, 0.40, 0.45)}
+    shapes = {rho: tuple(m.sum(1)[:m.shape[0] // 2].tolist()) for rho, m in got.items()}
+    assert shapes == {0.30: (14, 14, 14, 6), 0.35: (17, 17, 14), 0.40: (19, 19, 10), 0.45: (22, 22, 4)}
+    assert len(set(shapes.values())) == 4
 
 
 def test_secmi_masks_deterministic_and_nested():
     e = torch.ones(20, dtype=torch.bool)
-    a, b = mia.secmi_masks(e, (0.2, 0.5, 0.8)), mia.secmi_masks(e, (0.2, 0.5, 0.8))
-    assert torch.equal(a, b)
-    assert a.sum(1).tolist() == [4, 10, 16]
+    (a, ra), (b, rb) = mia.secmi_masks(e, (0.1, 0.4, 0.6), 0.2), mia.secmi_masks(e, (0.1, 0.4, 0.6), 0.2)
+    assert torch.equal(a, b) and torch.equal(ra, rb)
+    assert a.sum(1).tolist() == [6, 12, 16]  # the states at t + k: 0.3, 0.6, 0.8 of 20 tokens
+    assert ra.sum(1).tolist() == [4, 4, 4]   # re-revealed: round(0.2 * 20) each
     assert (a[0] <= a[1]).all() and (a[1] <= a[2]).all()
+    assert (ra <= a).all()
+    # The revealed set is the state at t + k minus the state at t (t = 0.4: 8 tokens).
+    before = a[1] & ~ra[1]
+    assert before.sum() == 8 and (a[0] <= before).all()  # the state at 0.3 lies inside the one at 0.4
+
+
+@pytest.mark.parametrize("ratios,step", [((0.0, 0.5), 0.2), ((0.5, 0.9), 0.2), ((0.3,), 0.0)])
+def test_secmi_bad_ratios(ratios, step):
+    with pytest.raises(ValueError, match="secmi"):
+        mia.secmi_masks(torch.ones(10, dtype=torch.bool), ratios, step)
+
+
+def test_secmi_t_error_on_hand_made_errors():
+    nan = np.nan
+    brier = np.array([[0.2, nan, 0.4, nan], [nan, 1.0, nan, nan], [nan, nan, nan, nan]])
+    assert mia.secmi_t_error(brier) == pytest.approx((0.3 + 1.0) / 2)  # empty steps are skipped
+    with pytest.raises(ValueError, match="reveals"):
+        mia.secmi_t_error(np.full((2, 3), nan))
+
+
+def test_secmi_score_is_minus_brier_of_revealed_tokens():
+    from memlab.models import diffusion_lm as dlm
+
+    torch.manual_seed(0)
+    arch = dlm.DLMConfig(vocab_size=12, mask_id=11, block_size=10, n_layer=1, n_head=1, n_embd=8)
+    model = dlm.MaskedDiffusionLM(arch).eval()
+    ids = torch.randint(0, 11, (2, 10))
+    probe = mia.make_probe(torch.ones(2, 10, dtype=torch.bool), rounds=1, sama_steps=2,
+                           secmi_ratios=(0.2, 0.5), secmi_step=0.3)
+    v = mia.model_view(model, ids, probe)
+    got = mia.compute_scores(v, None, probe, ["secmi", "det_loss"])
+    for i in range(2):
+        errs, losses = [], []
+        for after, rev in zip(probe.secmi[i], probe.secmi_revealed[i]):
+            x = torch.where(after, torch.full_like(ids[i], 11), ids[i])
+            p = torch.softmax(model(x[None])[0], -1)
+            onehot = torch.nn.functional.one_hot(ids[i], 12).float()
+            errs.append(((p - onehot) ** 2).sum(-1)[rev].mean().item())
+            losses.append(-torch.log(p.gather(1, ids[i][:, None]).squeeze(1))[after].mean().item())
+        assert got["secmi"][i] == pytest.approx(-np.mean(errs), rel=1e-5)
+        assert got["det_loss"][i] == pytest.approx(-np.mean(losses), rel=1e-5)
+
+
+def test_first_masked_losses_keep_the_loss_of_the_first_step():
+    nan = np.nan
+    nll = np.array([[1.0, nan, nan, nan],
+                    [9.0, 2.0, nan, nan],   # position 0 re-scored at step 1: SAMA keeps 1.0
+                    [9.0, 9.0, 3.0, nan]])
+    got = mia.first_masked_losses(nll)
+    np.testing.assert_array_equal(got, [[1.0, nan, nan, nan], [1.0, 2.0, nan, nan], [1.0, 2.0, 3.0, nan]])
+
+
+def test_sama_score_on_hand_made_losses():
+    nan = np.nan
+    # Step 0: one token, ref > target (vote 1). Step 1 adds a token whose reference loss is lower
+    # under the denser mask; with first-masked losses the token 0 comparison is kept from step 0.
+    t = np.array([[1.0, nan], [5.0, 1.0]])
+    r = np.array([[2.0, nan], [0.0, 0.5]])
+    rng = np.random.default_rng(0)
+    # Subsets of size 2 at step 1 hold both tokens: 2 + 0.5 > 1 + 1 -> vote 1; weights 1, 1/2.
+    assert mia.sama_score(t, r, 2, 16, rng) == pytest.approx(1.0)
+    # Re-scored at step 1 (the old behaviour) the vote would be 0 + 0.5 > 5 + 1 -> 0.
+    assert mia.sama_vote(t[1], r[1], 2, 16, rng) == 0.0
+    # A step adding no new token is skipped.
+    t3, r3 = np.vstack([t[:1], t[:1], t[1:]]), np.vstack([r[:1], r[:1], r[1:]])
+    assert mia.sama_score(t3, r3, 2, 16, rng) == pytest.approx(1.0)
+    t4 = np.array([[1.0, nan], [5.0, 4.0]])  # step 1: 2 + 0.5 < 1 + 4 -> vote 0
+    assert mia.sama_score(t4, r, 2, 16, rng) == pytest.approx((1 * 1 + 0 * 0.5) / 1.5)
+
+
+def test_min_k_pp_forms_z_per_pattern():
+    # Two patterns mask the same token with different predictions; z is formed per pattern.
+    nan = np.nan
+    nll = np.array([[1.0, nan], [3.0, 2.0]])
+    mu = np.array([[-1.5, nan], [-1.0, -2.0]])
+    sigma = np.array([[0.5, nan], [1.0, 1.0]])
+    z = [(-1.0 + 1.5) / 0.5, (-3.0 + 1.0) / 1.0, (-2.0 + 2.0) / 1.0]  # 1, -2, 0
+    assert mia.min_k_pp_from_stats(nll.ravel(), mu.ravel(), sigma.ravel(), k=0.34) == pytest.approx(-2.0)
+    assert mia.min_k_pp_from_stats(nll.ravel(), mu.ravel(), sigma.ravel(), k=1.0) == pytest.approx(np.mean(z))
 
 
 def test_sama_vote_extremes():
@@ -122,11 +224,15 @@ def test_unknown_score_name():
         mia.check_score_names(["loss", "zlib"])
 
 
-def test_cyclic_sampler_short_sequence_keeps_pattern_count():
-    e = torch.tensor([True, True, False, False])
-    masks = mia.cyclic_masks(e, rho=0.35, rounds=2, generator=torch.Generator().manual_seed(1))
-    assert masks.shape == (6, 4)  # same count as for long sequences, so probes stack
-    assert torch.equal(masks.view(2, 3, 4).sum(1), e.long().expand(2, -1))
+def test_probe_pads_short_sequences_with_empty_patterns():
+    e = torch.zeros(2, 10, dtype=torch.bool)
+    e[0, :10], e[1, :4] = True, True
+    probe = mia.make_probe(e, rho=0.35, rounds=2, sama_steps=2, with_random=True, seed=1)
+    # 10 tokens: batches 4, 4, 2 (3 per round); 4 tokens: round(1.4) = 1 -> 4 per round.
+    assert probe.cyclic.shape == (2, 8, 10)
+    assert torch.equal(probe.cyclic[1].sum(0), e[1].long() * 2)
+    assert probe.cyclic[0, 6:].sum() == 0  # padding patterns
+    assert probe.random[0, 6:].sum() == 0 and probe.random[0, :6].any(1).all()
 
 
 def test_probe_scores_agree_with_direct_deltas():

@@ -112,13 +112,21 @@ def test_paper_profile_path_on_tiny_local_checkpoint(tmp_path, monkeypatch):
         instruct_model=str(tmp_path / "instruct"), mask_id=hf_tok.mask_token_id, trust_remote_code=False,
         lora_rank=2, runs=1, epochs=1, epochs_sweep=[1], n_members=6, n_nonmembers=6, block_len=16, ift_len=32,
         pii_len=100, pii_targets=1, pii_candidates=2, pii_steps=2, pii_repeats=1, rounds=1, sama_steps=2,
-        eval_batch=32, fixed_ratios=[0.5], fixed_ratio_epochs=1, lr=1e-3)
+        eval_batch=32, fixed_ratios=[0.5], fixed_ratio_epochs=1, lr=1e-3, require_context=False)
     setup = qs.prepare(cfg)
+    # An untrained checkpoint reads no context: the guard (on by default at paper) fails the run.
+    assert set(setup.regime) == {"same", "gap"} and setup.gap.shape[1] == 16
+    with pytest.raises(qs.ContextGuardError, match="barely uses context.*unigram"):
+        qs.check_context(config.resolve("04_qskew", "paper", pretrain_steps=7), setup.regime)
     assert setup.base.mask_id == hf_tok.mask_token_id and not setup.base.shift_logits
     dft = qs.domain_experiment(setup)
     table = qs.table1(dft)
-    assert list(table.index) == ["Loss", "Min-K%", "Min-K%++", "Calibration", "SecMI", "SAMA", "Q-Skew"]
-    assert table.notna().all().all() and ((table >= 0) & (table <= 100)).all().all()
+    assert list(table.index) == ["Loss", "Min-K%", "Min-K%++", "Calibration", "Loss at deterministic masks",
+                                 "SecMI (t-error)", "SAMA", "Q-Skew"]
+    assert table["AUC"].between(0, 100).all()
+    assert table[["TPR@10%FPR", "TPR@1%FPR"]].isna().all().all()  # 6 non-members support no TPR
+    gap = qs.table1(qs.domain_experiment(setup, "gap"))
+    assert gap["AUC"].between(0, 100).all()
     assert len(dft.ablation) == 1 and len(dft.ref_para) == 1
     assert list(qs.table5(dft).index)[0] == "Q-Skew" and list(qs.figure2_table(dft).columns) == [1]
     ift = qs.instruction_experiment(setup)
@@ -139,24 +147,28 @@ def _auc(**rows):
 
 
 def _paper_like():
-    """Metrics shaped like run.metrics on which every claim holds."""
+    """Metrics shaped like run.metrics on which every claim holds (2000 + 2000 sequences: narrow bands)."""
+    gap = qs.HEADLINE
     return {
-        "domain": _auc(**{"Loss": 60.0, "Calibration": 65.0, "SAMA": 68.0, "Q-Skew": 80.0}),
+        "setup": {"n_members": 2000, "n_nonmembers": 2000, "runs": 3},
+        "domain": {gap: _auc(**{"Loss": 60.0, "Calibration": 65.0, "SAMA": 68.0, "Q-Skew": 80.0}),
+                   "same": _auc(**{"Calibration": 97.0, "Q-Skew": 80.0})},
         "instruction": _auc(**{"Loss": 55.0, "Calibration": 70.0, "Q-Skew": 82.0}),
-        "delta_stats": {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.2}},
+        "delta_stats": {gap: {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.2}}},
         # run.metrics keys the asymmetry table by float ratio, deliberately out of order here
         "asymmetry": {0.5: {"mean gain (nats)": 0.2, "gain per masked step": 0.1},
                       0.25: {"mean gain (nats)": 0.3, "gain per masked step": 0.3},
                       0.75: {"mean gain (nats)": 0.1, "gain per masked step": 0.03}},
-        "table4_base": _auc(**{"Golden reference": 80.0, "Other-variant reference": 76.0,
-                               "Para-modification reference": 78.0, "SAMA (w/ Ref)": 70.0}),
+        "table4_base": {gap: _auc(**{"Golden reference": 80.0, "Other-variant reference": 76.0,
+                                     "Para-modification reference": 78.0, "SAMA (w/ Ref)": 70.0})},
         "table4_instruct": _auc(**{"Golden reference": 82.0, "Other-variant reference": 79.0,
                                    "Para-modification reference": 81.0, "SAMA (w/ Ref)": 75.0}),
-        "ablation": _auc(**{"Q-Skew": 80.0, "w/o cyclic sampling": 77.0, "mean instead of skewness": 70.0,
-                            "w/o quantile weighting": 78.0}),
-        "pii": {"hits": {"CE": {"email": 3, "phone": 2}, "Q-Skew (PII mask)": {"email": 1, "phone": 0},
-                         "Q-Skew (context mask)": {"email": 0, "phone": 0}, "Combine-0.1": {"email": 4, "phone": 2}},
-                "targets_per_kind": 5},
+        "ablation": {gap: _auc(**{"Q-Skew": 80.0, "w/o cyclic sampling": 77.0, "mean instead of skewness": 70.0,
+                                  "w/o quantile weighting": 76.0})},
+        "pii": {"hits": {"CE": {"email": 20, "phone": 30}, "Q-Skew (PII mask)": {"email": 8, "phone": 10},
+                         "Q-Skew (context mask)": {"email": 0, "phone": 0},
+                         "Combine-0.1": {"email": 35, "phone": 45}},
+                "oracle": {"email": 80, "phone": 90}, "targets_per_kind": 100},
     }
 
 
@@ -177,13 +189,25 @@ def _evidence(m):
 def test_claims_all_reproduced_on_paper_like_metrics():
     assert _verdicts(_paper_like()) == {k: "reproduced" for k in CLAIM_KEYS}
     ev = _evidence(_paper_like())
-    assert ev["dft-best"] == "Q-Skew AUC 80.0 vs best baseline SAMA 68.0"
-    assert ev["gain10"] == "Q-Skew minus best baseline AUC: +12.0, +12.0"
+    band = qs.auc_diff_band(80.0, 68.0, _paper_like())
+    assert ev["dft-best"] == f"Q-Skew AUC 80.0 vs best baseline SAMA 68.0 (band \u00b1{band:.1f})"
+    assert ev["gain10"].startswith("Q-Skew minus best baseline AUC: +12.0, +12.0 (mean +12.0), band")
     assert ev["asymmetry"] == "mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100"
     assert ev["mismatch"] == ("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
                               "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0")
-    assert ev["pii-combine"] == "top-1 hits CE phone 2/5, email 3/5; Combine-0.1 phone 2/5, email 4/5"
-    assert ev["pii-skew-alone"] == "Q-Skew (PII mask) 1 hits vs CE 5"
+    assert ev["pii-combine"].startswith("top-1 hits CE phone 30/100, email 20/100; Combine-0.1 phone 45/100, "
+                                        "email 35/100; truth among candidates phone 90/100, email 80/100")
+    assert ev["pii-skew-alone"].startswith("Q-Skew (PII mask) 18 hits vs CE 50 of 200")
+
+
+def test_auc_band_matches_hanley_mcneil():
+    a, n1, n0 = 0.8, 50, 40
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    assert qs.auc_variance(a, n1, n0) == pytest.approx(
+        (a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a)) / (n1 * n0))
+    m = {"setup": {"n_members": n1, "n_nonmembers": n0, "runs": 4}}
+    expected = 100 * 1.96 * np.sqrt(2 * qs.auc_variance(a, n1, n0) / 4)
+    assert qs.auc_diff_band(80.0, 80.0, m) == pytest.approx(expected)
 
 
 def _set(path, value):
@@ -195,22 +219,22 @@ def _set(path, value):
     return edit
 
 
+G = qs.HEADLINE
 # One change per claim that breaks exactly that claim (and, where they share numbers, its neighbours).
 BREAKS = {
-    "dft-best": (_set(("domain", "Calibration", "AUC"), 85.0), {"dft-best", "gain10"}),
-    "ift-best": (_set(("instruction", "Loss", "AUC"), 82.0), {"ift-best", "gain10"}),  # a tie is not a win
-    "gain10": (_set(("domain", "SAMA", "AUC"), 75.0), {"gain10"}),  # still best, gains +5 and +12: mean 8.5
-    "member-skew": (_set(("delta_stats", "non-members", "Q-Skew (pooled)"), 0.5), {"member-skew"}),
-    # above the non-members but left-skewed (the published cpu run: -0.098 vs -0.270)
-    "member-skew-negative": (_set(("delta_stats", "members", "Q-Skew (pooled)"), -0.01), {"member-skew"}),
+    "dft-best": (_set(("domain", G, "Calibration", "AUC"), 85.0), {"dft-best", "gain10"}),
+    "ift-best": (_set(("instruction", "Loss", "AUC"), 85.0), {"ift-best", "gain10"}),
+    "gain10": (_set(("domain", G, "SAMA", "AUC"), 75.0), {"gain10"}),  # still best, gains +5 and +12: mean 8.5
+    "member-skew": (_set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.5), {"member-skew"}),
+    # above the non-members but left-skewed
+    "member-skew-negative": (_set(("delta_stats", G, "members", "Q-Skew (pooled)"), -0.01), {"member-skew"}),
     "asymmetry": (_set(("asymmetry", 0.75, "mean gain (nats)"), 0.25), {"asymmetry"}),
     "per-step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per-step"}),
     "mismatch-drop": (_set(("table4_instruct", "Other-variant reference", "AUC"), 75.5), {"mismatch"}),
-    "mismatch-sama": (_set(("table4_base", "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
-    "ablation": (_set(("ablation", "mean instead of skewness", "AUC"), 80.5), {"ablation"}),
-    "pii-combine-kind": (_set(("pii", "hits", "Combine-0.1", "phone"), 1), {"pii-combine"}),
-    "pii-combine-total": (_set(("pii", "hits", "Combine-0.1", "email"), 3), {"pii-combine"}),
-    "pii-skew-alone": (_set(("pii", "hits", "Q-Skew (PII mask)", "email"), 5), {"pii-skew-alone"}),
+    "mismatch-sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
+    "ablation": (_set(("ablation", G, "mean instead of skewness", "AUC"), 83.0), {"ablation"}),
+    "pii-combine-kind": (_set(("pii", "hits", "Combine-0.1"), {"email": 60, "phone": 25}), {"pii-combine"}),
+    "pii-skew-alone": (_set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 45, "phone": 50}), {"pii-skew-alone"}),
 }
 
 
@@ -220,6 +244,37 @@ def test_each_claim_fails_on_contrary_metrics(case):
     m = _paper_like()
     edit(m)
     assert _verdicts(m) == {k: "not reproduced" if k in broken else "reproduced" for k in CLAIM_KEYS}
+
+
+# Margins inside their noise band: "not judged", with the band in the evidence.
+WITHIN_NOISE = {
+    "dft-best": _set(("domain", G, "SAMA", "AUC"), 79.5),
+    "ift-best": _set(("instruction", "Loss", "AUC"), 82.0),  # a tie
+    "ablation": _set(("ablation", G, "w/o quantile weighting", "AUC"), 80.3),
+    "pii-combine": _set(("pii", "hits", "Combine-0.1"), {"email": 20, "phone": 31}),
+    "pii-skew-alone": _set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 19, "phone": 30}),
+}
+
+
+@pytest.mark.parametrize("key", list(WITHIN_NOISE))
+def test_claims_inside_the_noise_band_are_not_judged(key):
+    from memlab import paper
+    m = _paper_like()
+    WITHIN_NOISE[key](m)
+    got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
+    assert got[key]["verdict"] == paper.NOT_JUDGED
+    assert "inside the noise band" in got[key]["evidence"]
+
+
+def test_pii_claims_not_judged_without_the_truth_among_candidates():
+    from memlab import paper
+    m = _paper_like()
+    m["pii"]["oracle"] = {"email": 0, "phone": 0}
+    m["pii"]["hits"] = {k: {"email": 0, "phone": 0} for k in m["pii"]["hits"]}
+    got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
+    for key in ("pii-combine", "pii-skew-alone"):
+        assert got[key]["verdict"] == paper.NOT_JUDGED
+        assert got[key]["evidence"].startswith("truth among candidates phone 0/100, email 0/100: no ranking")
 
 
 def test_claims_read_ratio_keys_back_from_json():
@@ -239,23 +294,93 @@ def test_claims_not_judged_at_smoke_or_without_metrics():
     v = _verdicts(m)
     assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"pii-combine", "pii-skew-alone", "ablation"}
     assert all(v[k] == "reproduced" for k in CLAIM_KEYS if k not in ("pii-combine", "pii-skew-alone", "ablation"))
+    m = _paper_like()
+    for key in ("domain", "delta_stats", "table4_base", "ablation"):
+        del m[key][G]  # a run without the domain-gap setting: its claims are not run
+    v = _verdicts(m)
+    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"dft-best", "gain10", "member-skew", "mismatch",
+                                                              "ablation"}
 
 
 def test_best_baseline_skips_qskew():
-    m = {"domain": _auc(**{"Loss": 60.0, "Q-Skew": 99.0, "SecMI": 61.0})}
-    assert qs.best_baseline(m, "domain") == ("SecMI", 61.0)
+    m = {"domain": {G: _auc(**{"Loss": 60.0, "Q-Skew": 99.0, "SecMI (t-error)": 61.0})}}
+    assert qs.best_baseline(m, "domain") == ("SecMI (t-error)", 61.0)
 
 
 def test_claims_a_run_cannot_decide_are_not_judged():
-    """One fixed mask ratio has no trend, and Q-Skew alone has no baseline to beat: not run, with the reason."""
+    """One fixed mask ratio has no trend, and Q-Skew alone has no baseline to beat: not judged, with the reason."""
     from memlab import paper
 
     m = _paper_like()
     m["asymmetry"] = {0.5: m["asymmetry"][0.5]}
-    m["domain"] = _auc(**{"Q-Skew": 80.0})
+    m["domain"][G] = _auc(**{"Q-Skew": 80.0})
     got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
     for key in ("asymmetry", "per-step", "dft-best", "gain10"):
-        assert got[key]["verdict"] == paper.NOT_RUN, key
+        assert got[key]["verdict"] == paper.NOT_JUDGED, key
     assert got["asymmetry"]["evidence"] == "one fixed mask ratio (0.5); a trend needs at least two"
     assert got["dft-best"]["evidence"] == "domain: no baseline score was run to compare with"
     assert got["ift-best"]["verdict"] == "reproduced"
+
+
+# --- the regime guard, the TPR rule and the PII cross-entropy masks ----------------------------------
+
+def _regime(base, uni):
+    return {"same": {"base masked NLL": base, "unigram NLL": uni, "context gain": uni - base}}
+
+
+def test_context_guard_fails_a_near_unigram_base():
+    cfg = config.resolve("04_qskew", "cpu")
+    assert cfg.require_context and not config.resolve("04_qskew", "smoke").require_context
+    # The old cpu base: 5.67 nats against a unigram's 5.857 (issue 16).
+    with pytest.raises(qs.ContextGuardError, match=r"masked NLL 5\.670 .* vs 5\.857 .*gain 0\.187, needs >= 0\.5"):
+        qs.check_context(cfg, _regime(5.67, 5.857))
+    qs.check_context(cfg, _regime(4.13, 5.857))  # a base that reads context passes
+    qs.check_context(config.resolve("04_qskew", "cpu", require_context=False), _regime(5.67, 5.857))
+
+
+def test_tpr_reported_only_where_non_members_support_it():
+    assert qs.supported("TPR@10%FPR", 64, 5) and not qs.supported("TPR@1%FPR", 64, 5)
+    assert qs.supported("TPR@1%FPR", 500, 5) and qs.supported("AUC", 4, 5)
+    labels = np.r_[np.ones(64), np.zeros(64)]
+    m = qs._metrics({"s": np.r_[np.ones(64), np.zeros(64)]}, labels, 5)["s"]
+    assert m["AUC"] == 100 and m["TPR@10%FPR"] == 100 and np.isnan(m["TPR@1%FPR"])
+    t = qs.na_cells(qs.mean_table([{"s": m}]), 64, 5)
+    assert t.loc["s", "TPR@1%FPR"] == "n/a (64 non-members)" and t.loc["s", "AUC"] == 100
+
+
+def test_candidate_ce_masks_only_the_records_own_tokens():
+    from memlab.models import diffusion_lm as dlm
+
+    torch.manual_seed(0)
+    model = dlm.MaskedDiffusionLM(dlm.DLMConfig(vocab_size=20, mask_id=19, block_size=12, n_layer=1,
+                                                n_head=1, n_embd=8)).eval()
+    seqs = torch.randint(0, 18, (3, 12))
+    real = torch.arange(12)[None, :] < torch.tensor([5, 8, 3])[:, None]
+    got = mia.candidate_ce(model, seqs, repeats=4, mask_share=0.5, generator=torch.Generator().manual_seed(1),
+                           eligible=real)
+    g = torch.Generator().manual_seed(1)
+    reps, el = seqs.repeat_interleave(4, 0), real.repeat_interleave(4, 0)
+    masks = (torch.rand(reps.shape, generator=g) < 0.5) & el
+    for i in torch.nonzero(~masks.any(1)).squeeze(1).tolist():
+        masks[i, torch.nonzero(el[i])[0]] = True
+    assert not (masks & ~el).any()
+    nll = dlm.masked_nll(model, reps, masks)
+    assert np.allclose(got, torch.nanmean(nll.view(3, -1), 1).numpy(), atol=1e-6)
+    with pytest.raises(ValueError, match="mask_share"):
+        mia.candidate_ce(model, seqs, repeats=1, mask_share=1.0, generator=g)
+
+
+def test_docstring_corpus_ignores_what_the_caller_patched(monkeypatch):
+    import inspect
+
+    from memlab.data import docstrings
+
+    before = docstrings.docstring_corpus()
+    # Libraries (torch, IPython) replace stdlib functions; the corpus must not notice.
+    monkeypatch.setattr(inspect, "getsourcefile", lambda obj: None)
+    after = docstrings.docstring_corpus(docstrings.MODULES)
+    assert after == before and len(before.split()) > 40000
+    info = docstrings.corpus_info(before)
+    assert info["python"] == __import__("platform").python_version() and info["modules"] == 56
+    with pytest.raises(RuntimeError, match="'no_such_module' cannot be imported"):
+        docstrings.docstrings(("json", "no_such_module"))

@@ -9,12 +9,19 @@ Scores (higher = more likely a member):
 
 * ``loss``: minus the mean masked NLL of the target (Yeom et al.);
 * ``min_k``: minus the mean NLL of the k% worst-predicted positions (Shi et al.);
-* ``min_k_pp``: mean of the k% lowest Min-K%++ z-scores (Zhang et al.);
+* ``min_k_pp``: mean of the k% lowest Min-K%++ z-scores, each z formed from one
+  mask pattern's own prediction (Zhang et al.);
 * ``calibration``: reference NLL minus target NLL, averaged (Watson et al.);
-* ``secmi``: SecMI adapted to masking: minus the target's masked NLL at a few
-  deterministic mask ratios, averaged over ratios (Duan et al.);
+* ``det_loss``: minus the target's masked NLL at a few deterministic, nested mask
+  ratios, averaged over ratios (the "SecMI adapted to DLMs" of public DLM code:
+  SecMI's deterministic masks without its consistency test);
+* ``secmi``: SecMI's t-error (Duan et al.) in the masked setting: from the
+  deterministic state at ratio t, mask deterministically up to t + k, let the model
+  take one deterministic reverse step back to t (its expected one-hot vector at the
+  re-revealed tokens) and score minus the squared error against the true state;
 * ``sama``: share of random token subsets on which the reference's summed NLL
-  exceeds the target's, over growing masks, early steps weighted 1/s (SAMA);
+  exceeds the target's, over growing masks, each token's loss kept from the step it
+  was first masked, early steps weighted 1/s (SAMA);
 * ``qskew``: the quantile-weighted median skewness of the per-token differences
   Delta = NLL_ref - NLL_target under cyclic masks (:func:`qskew`).
 """
@@ -28,13 +35,14 @@ import torch
 from memlab.models.diffusion_lm import check_same_vocab, masked_nll
 
 # Which probe groups each score reads.
-NEEDS = {"loss": "cyclic", "min_k": "cyclic", "min_k_pp": "cyclic", "calibration": "cyclic", "secmi": "secmi",
-         "sama": "sama", "qskew": "cyclic", "qskew_no_cyclic": "random", "qskew_mean": "cyclic",
-         "qskew_no_weight": "cyclic"}
-SCORES: tuple[str, ...] = ("loss", "min_k", "min_k_pp", "calibration", "secmi", "sama", "qskew")
+NEEDS = {"loss": "cyclic", "min_k": "cyclic", "min_k_pp": "cyclic", "calibration": "cyclic",
+         "det_loss": "secmi", "secmi": "secmi", "sama": "sama", "qskew": "cyclic",
+         "qskew_no_cyclic": "random", "qskew_mean": "cyclic", "qskew_no_weight": "cyclic"}
+SCORES: tuple[str, ...] = ("loss", "min_k", "min_k_pp", "calibration", "det_loss", "secmi", "sama", "qskew")
 ABLATIONS: tuple[str, ...] = ("qskew_no_cyclic", "qskew_mean", "qskew_no_weight")
 LABELS = {"loss": "Loss", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "calibration": "Calibration",
-          "secmi": "SecMI", "sama": "SAMA", "qskew": "Q-Skew",
+          "det_loss": "Loss at deterministic masks", "secmi": "SecMI (t-error)", "sama": "SAMA",
+          "qskew": "Q-Skew",
           "qskew_no_cyclic": "w/o cyclic sampling", "qskew_mean": "mean instead of skewness",
           "qskew_no_weight": "w/o quantile weighting"}
 
@@ -185,27 +193,84 @@ def sama_vote(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.r
     return float((r[idx].sum(1) > t[idx].sum(1)).mean())
 
 
+def first_masked_losses(nll: np.ndarray) -> np.ndarray:
+    """(S, L) NLL under nested growing masks (NaN where unmasked) -> (S, L) with each token's first loss.
+
+    Row s keeps, at every position masked at step s, the NLL from the step at which
+    that position was first masked (SAMA's bookkeeping: a token is scored once, under
+    the sparser mask that first hid it, and later steps only add new tokens).
+    """
+    a = np.asarray(nll, dtype=float)
+    seen = np.isfinite(a)
+    first = np.where(seen.any(0), seen.argmax(0), 0)  # (L,) step of first masking
+    loss = a[first, np.arange(a.shape[1])]             # (L,) loss at that step
+    return np.where(seen, loss[None, :], np.nan)
+
+
+def sama_score(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.random.Generator) -> float:
+    """SAMA of one sequence from (S, L) NLLs under nested growing masks (NaN where unmasked).
+
+    Each step s votes :func:`sama_vote` over all positions masked so far, with
+    first-masked losses (:func:`first_masked_losses`); a step that masks no new token
+    is skipped; the votes are averaged with weights 1/s over the steps kept.
+    """
+    t, r = first_masked_losses(nll_target), first_masked_losses(nll_ref)
+    seen = np.isfinite(t)
+    votes, before = [], np.zeros(t.shape[1], dtype=bool)
+    for s in range(t.shape[0]):
+        if not (seen[s] & ~before).any():
+            continue
+        before = before | seen[s]
+        votes.append(sama_vote(t[s][seen[s]], r[s][seen[s]], subset_size, num_subsets, rng))
+    if not votes:
+        raise ValueError("parameter 'nll_target': no step masks any token")
+    return float(np.average(votes, weights=1.0 / np.arange(1, len(votes) + 1)))
+
+
+# ----------------------------------------------------------------------------- SecMI
+
+def secmi_t_error(brier_new) -> float:
+    """SecMI's t-error from (Q, L) squared errors at the re-revealed tokens (NaN elsewhere).
+
+    brier_new[q, i] = ||p_theta(. | x_{t_q + k})_i - e_{x_i}||^2 for the tokens the
+    reverse step t_q + k -> t_q reveals; the t-error of step q is their mean (the
+    still-masked tokens match on both sides, error 0, and are left out); the result
+    is the mean over the Q steps. Lower = more likely a member.
+    """
+    b = np.asarray(brier_new, dtype=float)
+    per_step = [row[np.isfinite(row)].mean() for row in b if np.isfinite(row).any()]
+    if not per_step:
+        raise ValueError("parameter 'brier_new': no step reveals any token")
+    return float(np.mean(per_step))
+
+
 # ----------------------------------------------------------------------------- mask patterns
 
+def cyclic_batch_size(n: int, rho: float) -> int:
+    """Tokens per cyclic batch: round(rho * n), at least 1 (rounding half up)."""
+    return max(1, int(np.floor(check_rho(rho) * n + 0.5)))
+
+
 def cyclic_masks(eligible: torch.Tensor, rho: float, rounds: int, generator: torch.Generator) -> torch.Tensor:
-    """Cyclic sampling: R rounds, each a random permutation cut into disjoint batches.
+    """Cyclic sampling: R rounds, each a random permutation cut into disjoint batches of ~ rho n tokens.
 
     eligible: (L,) bool, positions that may be masked (n = its sum, n >= 2).
-    Each round permutes the eligible positions and cuts them into C = round(1 / rho)
-    nearly equal batches (about rho * n tokens each), so every eligible position
-    is masked exactly once per round. Returns (rounds * C, L) bool.
+    Each round permutes the eligible positions and cuts them into consecutive
+    batches of b = :func:`cyclic_batch_size` tokens, the last one shorter when b does
+    not divide n, so every eligible position is masked exactly once per round and a
+    full batch masks a share b / n of the tokens (within 1 / 2n of rho). Returns
+    (rounds * ceil(n / b), L) bool.
     """
     rho = check_rho(rho)
     pos = torch.nonzero(eligible.bool()).squeeze(1)
     if pos.numel() < 2:
         raise ValueError(f"parameter 'ids': a sequence needs at least two scorable tokens (got {pos.numel()})")
-    # A fixed number of batches per round keeps every sequence's pattern count equal
-    # (batches are empty only when n < C), so probes of different lengths stack.
-    c = max(1, round(1 / rho))
+    b = cyclic_batch_size(pos.numel(), rho)
+    c = -(-pos.numel() // b)
     out = torch.zeros(rounds * c, eligible.numel(), dtype=torch.bool)
     for r in range(rounds):
         perm = pos[torch.randperm(pos.numel(), generator=generator)]
-        for j, chunk in enumerate(torch.tensor_split(perm, c)):
+        for j, chunk in enumerate(torch.split(perm, b)):
             out[r * c + j, chunk] = True
     return out
 
@@ -224,19 +289,37 @@ def random_masks(eligible: torch.Tensor, rho: float, n: int, generator: torch.Ge
     return out
 
 
-def secmi_masks(eligible: torch.Tensor, ratios) -> torch.Tensor:
-    """Deterministic masks at fixed ratios (SecMI's deterministic forward process).
+def check_secmi(ratios, step: float) -> tuple[tuple[float, ...], float]:
+    ratios = tuple(float(r) for r in ratios)
+    if not ratios or not all(0 < r < 1 for r in ratios):
+        raise ValueError(f"parameter 'secmi_ratios': must be numbers in (0, 1) (got {list(ratios)})")
+    if not 0 < step < 1 or max(ratios) + step > 1 + 1e-9:
+        raise ValueError(f"parameter 'secmi_step': must be in (0, 1) with max(secmi_ratios) + step <= 1 "
+                         f"(got {step!r} with max ratio {max(ratios)})")
+    return ratios, float(step)
 
-    The pattern for ratio r masks the first ceil(r n) eligible positions of one
-    fixed permutation (seed 0), so masks are nested and identical across calls.
-    Returns (len(ratios), L) bool.
+
+def secmi_masks(eligible: torch.Tensor, ratios, step: float = 0.2) -> tuple[torch.Tensor, torch.Tensor]:
+    """SecMI's deterministic states in the masked setting: (after, revealed), each (Q, L) bool.
+
+    One fixed permutation (seed 0) orders the eligible positions; the state at ratio
+    t masks its first round(t n) positions, so states are nested and identical across
+    calls (the deterministic forward process). For each t in ``ratios``, ``after`` is
+    the state at t + step (at least one more token) and ``revealed`` the tokens a
+    reverse step from t + step back to t un-masks: after minus the state at t.
     """
+    ratios, step = check_secmi(ratios, step)
     pos = torch.nonzero(eligible.bool()).squeeze(1)
-    perm = pos[torch.randperm(pos.numel(), generator=torch.Generator().manual_seed(0))]
-    out = torch.zeros(len(ratios), eligible.numel(), dtype=torch.bool)
+    n = pos.numel()
+    perm = pos[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+    after = torch.zeros(len(ratios), eligible.numel(), dtype=torch.bool)
+    revealed = torch.zeros_like(after)
     for i, r in enumerate(ratios):
-        out[i, perm[:max(1, int(np.ceil(r * pos.numel())))]] = True
-    return out
+        lo = min(n - 1, int(np.floor(r * n + 0.5)))
+        hi = min(n, max(lo + 1, int(np.floor((r + step) * n + 0.5))))
+        after[i, perm[:hi]] = True
+        revealed[i, perm[lo:hi]] = True
+    return after, revealed
 
 
 def sama_masks(eligible: torch.Tensor, steps: int, lo: float, hi: float, generator: torch.Generator) -> torch.Tensor:
@@ -253,18 +336,31 @@ def sama_masks(eligible: torch.Tensor, steps: int, lo: float, hi: float, generat
     return out
 
 
+def _stack_padded(rows: list[torch.Tensor]) -> torch.Tensor:
+    """Stack (P_i, L) patterns into (N, max P_i, L), padding with empty (all-False) patterns."""
+    p = max(r.shape[0] for r in rows)
+    out = torch.zeros(len(rows), p, rows[0].shape[1], dtype=torch.bool)
+    for i, r in enumerate(rows):
+        out[i, :r.shape[0]] = r
+    return out
+
+
 @dataclass
 class Probe:
     """Mask patterns for N sequences, shared by every model that scores them.
 
-    cyclic: (N, P, L) with P = rounds * round(1/rho); random: (N, P, L) or None
-    (for the no-cyclic ablation); secmi: (N, Q, L); sama: (N, S, L) nested.
+    cyclic: (N, P, L), P = rounds * ceil(n / round(rho n)) for the longest sequence,
+    shorter sequences padded with empty patterns (skipped by :func:`model_view`);
+    random: (N, P, L) or None (the no-cyclic ablation); secmi: (N, Q, L) SecMI's
+    states at t + k and secmi_revealed (N, Q, L) the tokens the reverse step
+    re-reveals; sama: (N, S, L) nested.
     """
 
     cyclic: torch.Tensor
     random: torch.Tensor | None
     secmi: torch.Tensor
     sama: torch.Tensor
+    secmi_revealed: torch.Tensor | None = None
 
     def groups(self) -> dict[str, torch.Tensor]:
         g = {"cyclic": self.cyclic, "secmi": self.secmi, "sama": self.sama}
@@ -274,18 +370,21 @@ class Probe:
 
 
 def make_probe(eligible: torch.Tensor, *, rho: float = 0.35, rounds: int = 5,
-               secmi_ratios=(0.2, 0.4, 0.6, 0.8), sama_steps: int = 8, sama_range=(0.05, 0.5),
-               with_random: bool = False, seed: int = 0) -> Probe:
+               secmi_ratios=(0.1, 0.3, 0.5, 0.7), secmi_step: float = 0.2, sama_steps: int = 8,
+               sama_range=(0.05, 0.5), with_random: bool = False, seed: int = 0) -> Probe:
     """Draw every mask pattern for N sequences. eligible: (N, L) bool (n_i >= 2 each)."""
     check_rho(rho)
+    check_secmi(secmi_ratios, secmi_step)
     if rounds < 1:
         raise ValueError(f"parameter 'rounds': must be >= 1 (got {rounds})")
     g = torch.Generator().manual_seed(seed)
-    cyc = torch.stack([cyclic_masks(e, rho, rounds, g) for e in eligible])
-    rnd = torch.stack([random_masks(e, rho, cyc.shape[1], g) for e in eligible]) if with_random else None
-    sec = torch.stack([secmi_masks(e, secmi_ratios) for e in eligible])
+    cyc_rows = [cyclic_masks(e, rho, rounds, g) for e in eligible]
+    cyc = _stack_padded(cyc_rows)
+    rnd = (_stack_padded([random_masks(e, rho, c.shape[0], g) for e, c in zip(eligible, cyc_rows)])
+           if with_random else None)
+    sec = [secmi_masks(e, secmi_ratios, secmi_step) for e in eligible]
     sam = torch.stack([sama_masks(e, sama_steps, *sama_range, g) for e in eligible])
-    return Probe(cyc, rnd, sec, sam)
+    return Probe(cyc, rnd, torch.stack([a for a, _ in sec]), sam, torch.stack([b for _, b in sec]))
 
 
 def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Tensor | None = None,
@@ -293,22 +392,35 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
     """Run ``masked_nll`` for every pattern of ``probe`` (or only the named ``groups``).
 
     ids: (N, L). Returns {group: nll (N, P_group, L)} plus, with ``stats``,
-    ``cyclic_mu`` and ``cyclic_sigma`` (N, P, L) for Min-K%++; NaN at unmasked positions.
+    ``cyclic_mu`` and ``cyclic_sigma`` (N, P, L) for Min-K%++, and with the secmi
+    group ``secmi_brier`` (N, Q, L), the squared error ||p - e_x||^2 per masked token;
+    NaN at unmasked positions. Empty (padding) patterns are not run.
     """
     out = {}
     for name, pats in probe.groups().items():
         if groups is not None and name not in groups:
             continue
         n, p, l = pats.shape
-        rep_ids = ids.repeat_interleave(p, 0)
-        rep_am = None if attention_mask is None else attention_mask.repeat_interleave(p, 0)
+        flat = pats.reshape(n * p, l)
+        keep = flat.any(1)
+        rep_ids = ids.repeat_interleave(p, 0)[keep]
+        rep_am = None if attention_mask is None else attention_mask.repeat_interleave(p, 0)[keep]
         want = stats and name == "cyclic"
-        res = masked_nll(model, rep_ids, pats.reshape(n * p, l), rep_am, batch_size, with_stats=want)
+        brier = name == "secmi"
+        res = masked_nll(model, rep_ids, flat[keep], rep_am, batch_size, with_stats=want, with_brier=brier)
+        res = res if isinstance(res, tuple) else (res,)
+
+        def full(t: torch.Tensor) -> torch.Tensor:
+            o = torch.full((n * p, l), float("nan"))
+            o[keep] = t
+            return o.view(n, p, l)
+
+        res = [full(t) for t in res]
+        out[name] = res[0]
         if want:
-            nll, mu, sigma = (t.view(n, p, l) for t in res)
-            out.update(cyclic=nll, cyclic_mu=mu, cyclic_sigma=sigma)
-        else:
-            out[name] = res.view(n, p, l)
+            out.update(cyclic_mu=res[1], cyclic_sigma=res[2])
+        if brier:
+            out["secmi_brier"] = res[-1]
     return out
 
 
@@ -352,19 +464,20 @@ def compute_scores(target_view: dict, ref_view: dict | None, probe: Probe, score
             elif s == "min_k":
                 v = min_k(_per_position(tc), k)
             elif s == "min_k_pp":
-                v = min_k_pp_from_stats(_per_position(tc), _per_position(target_view["cyclic_mu"][i]),
-                                        _per_position(target_view["cyclic_sigma"][i]), k)
+                # z is formed per (pattern, token) entry from that pattern's own prediction.
+                v = min_k_pp_from_stats(tc.numpy().ravel(), target_view["cyclic_mu"][i].numpy().ravel(),
+                                        target_view["cyclic_sigma"][i].numpy().ravel(), k)
             elif s == "calibration":
                 v = d_cyc[i].mean()
-            elif s == "secmi":
+            elif s == "det_loss":
                 sec = target_view["secmi"][i]
                 v = -float(np.mean([row[torch.isfinite(row)].mean().item() for row in sec]))
+            elif s == "secmi":
+                rev = probe.secmi_revealed[i]
+                v = -secmi_t_error(torch.where(rev, target_view["secmi_brier"][i], float("nan")).numpy())
             elif s == "sama":
-                t_s, r_s = target_view["sama"][i], ref_view["sama"][i]
-                votes = [sama_vote(t_s[j][torch.isfinite(t_s[j])].numpy(), r_s[j][torch.isfinite(r_s[j])].numpy(),
-                                   sama_subset, sama_subsets, rng) for j in range(t_s.shape[0])]
-                w = 1.0 / np.arange(1, len(votes) + 1)
-                v = float(np.average(votes, weights=w))
+                v = sama_score(target_view["sama"][i].numpy(), ref_view["sama"][i].numpy(), sama_subset,
+                               sama_subsets, rng)
             elif s == "qskew":
                 v = qskew(d_cyc[i], h)
             elif s == "qskew_no_cyclic":
@@ -416,15 +529,22 @@ def span_eligible(prefix_len: int, cand_len: int, span: int, length: int, part: 
 
 
 def candidate_ce(model, seqs: torch.Tensor, *, repeats: int, mask_share: float, generator: torch.Generator,
-                 batch_size: int = 64) -> np.ndarray:
+                 eligible: torch.Tensor | None = None, batch_size: int = 64) -> np.ndarray:
     """(C,) mean NLL (nats/token) of each candidate record under ``repeats`` random masks.
 
-    seqs: (C, L) candidate records. Each repeat masks every token with probability
-    ``mask_share`` (at least one token per row); the cross-entropy baseline of Table 6.
+    seqs: (C, L) candidate records; eligible: (C, L) bool, the record's non-padding
+    tokens (None: all). Each repeat masks every eligible token with probability
+    ``mask_share`` (at least one per row); the cross-entropy baseline of Table 6.
     """
-    reps = seqs.repeat_interleave(repeats, 0)
-    masks = torch.rand(reps.shape, generator=generator) < mask_share
-    masks[:, 0] |= ~masks.any(1)
+    if not 0 < mask_share < 1:
+        raise ValueError(f"parameter 'mask_share': must be in (0, 1) (got {mask_share!r})")
+    elig = torch.ones_like(seqs, dtype=torch.bool) if eligible is None else eligible.bool()
+    if not elig.any(1).all():
+        raise ValueError("parameter 'eligible': every candidate needs at least one eligible token")
+    reps, elig = seqs.repeat_interleave(repeats, 0), elig.repeat_interleave(repeats, 0)
+    masks = (torch.rand(reps.shape, generator=generator) < mask_share) & elig
+    for i in torch.nonzero(~masks.any(1)).squeeze(1).tolist():
+        masks[i, torch.nonzero(elig[i])[0]] = True
     nll = masked_nll(model, reps, masks, batch_size=batch_size)
     return torch.nanmean(nll.view(seqs.shape[0], -1), 1).numpy()
 

@@ -27,12 +27,12 @@ import torch
 from memlab import cache, mia, paper
 from memlab.config import SEED_HIGH, ConfigError, Param, device, seed_everything
 from memlab.data import pii as pii_data
-from memlab.metrics import roc_metrics
+from memlab.metrics import diff_band, roc_metrics
 from memlab.models import diffusion_lm as dlm
 from memlab.progress import progress
 
 CHAPTER = "04_qskew"
-CODE_VERSION = "1"
+CODE_VERSION = "2"  # 2: 4000-step base at block 48, rho-true cyclic masks, SecMI t-error
 P = lambda smoke, cpu, paper: {"smoke": smoke, "cpu": cpu, "paper": paper}  # noqa: E731
 
 SPEC: dict[str, Param] = {
@@ -49,12 +49,21 @@ SPEC: dict[str, Param] = {
     "n_layer": Param(int, P(1, 2, 2), low=1, high=48),
     "n_embd": Param(int, P(32, 128, 128), low=16, high=4096),
     "n_head": Param(int, P(2, 4, 4), low=1, high=64),
-    "pretrain_steps": Param(int, P(30, 700, 700), low=1, doc="pre-training batches of the tiny base"),
+    "pretrain_steps": Param(int, P(30, 4000, 4000), low=1,
+                            doc="pre-training batches (32 blocks each) of the tiny base"),
     "instruct_steps": Param(int, P(10, 150, 150), low=1, doc="batches turning the tiny base into 'instruct'"),
-    "block_len": Param(int, P(16, 32, 128), low=4, high=4096, doc="domain fine-tuning block length (tokens)"),
+    "block_len": Param(int, P(16, 48, 128), low=4, high=4096, doc="domain fine-tuning block length (tokens)"),
     "ift_len": Param(int, P(24, 48, 256), low=8, high=4096, doc="instruction pair max length (tokens)"),
-    "n_members": Param(int, P(12, 64, 500), low=4, doc="members (= fine-tuning set) per run"),
-    "n_nonmembers": Param(int, P(12, 64, 500), low=4, doc="non-members per run"),
+    "n_members": Param(int, P(12, 250, 500), low=4, doc="members (= fine-tuning set) per run"),
+    "n_nonmembers": Param(int, P(12, 250, 500), low=4, doc="non-members per run"),
+    "domains": Param(list, ["same", "gap"], item=str, choices=("same", "gap"),
+                     doc="domain fine-tuning data: same (WikiText-2 valid, the pre-training domain) and/or "
+                         "gap (Python standard-library docstrings)"),
+    "require_context": Param(bool, P(False, True, True),
+                             doc="fail the run unless the base's masked NLL is context_margin "
+                                 "below a unigram's"),
+    "context_margin": Param(float, 0.5, low=0.0, doc="nats the base must beat the unigram NLL by"),
+    "tpr_min_fp": Param(int, 5, low=1, doc="TPR at FPR f is reported only if f x non-members >= this"),
     "epochs": Param(int, P(2, 6, 6), low=1, high=100, doc="fine-tuning epochs (paper: 6)"),
     "epochs_sweep": Param(list, P([1, 2], [1, 2, 4, 6], [1, 2, 3, 4, 5, 6]), item=int, low=1, high=100,
                           doc="epochs at which Figure 2 scores the fine-tuning run (<= epochs)"),
@@ -65,18 +74,23 @@ SPEC: dict[str, Param] = {
     "rounds": Param(int, P(2, 4, 5), low=1, high=64, doc="cyclic sampling rounds R"),
     "h": Param(float, 0.1, low=0.0, closed="neither", doc="quantile bump bandwidth"),
     "k": Param(float, 0.2, low=0.01, high=1.0, doc="Min-K% / Min-K%++ fraction"),
-    "secmi_ratios": Param(list, [0.2, 0.4, 0.6, 0.8], item=float, low=0.01, high=1.0),
+    "secmi_ratios": Param(list, [0.1, 0.3, 0.5, 0.7], item=float, low=0.01, high=0.99,
+                          doc="SecMI's deterministic states t (mask ratios)"),
+    "secmi_step": Param(float, 0.2, low=0.01, high=0.99, doc="SecMI's forward/reverse step k (mask ratio)"),
     "sama_steps": Param(int, P(3, 6, 16), low=1, high=64),
     "scores": Param(list, list(mia.SCORES), item=str, choices=mia.SCORES, doc="membership scores to run"),
     "fixed_ratios": Param(list, [0.25, 0.5, 0.75], item=float, low=0.01, high=1.0, doc="Figure 1 mask ratios"),
     "fixed_ratio_epochs": Param(int, P(1, 4, 4), low=1, high=100),
     "pii_targets": Param(int, P(3, 20, 50), low=1, doc="PII targets per kind (e-mail, phone)"),
     "pii_len": Param(int, P(48, 48, 64), low=24, high=4096, doc="PII record length (tokens)"),
-    "pii_epochs": Param(int, P(3, 30, 6), low=1, high=200, doc="fine-tuning epochs on the PII records"),
+    "pii_epochs": Param(int, P(3, 1000, 6), low=1, high=5000, doc="fine-tuning epochs on the PII records"),
     "pii_slots": Param(int, 20, low=1, high=256, doc="mask tokens inserted at the PII position"),
     "pii_candidates": Param(int, P(4, 16, 64), low=1, high=1024, doc="N candidates by denoising"),
     "pii_steps": Param(int, P(4, 16, 16), low=1, high=256, doc="denoising steps per candidate"),
-    "pii_repeats": Param(int, P(2, 4, 16), low=1, high=64, doc="random 35% masks for the CE ranking"),
+    "pii_repeats": Param(int, P(2, 8, 16), low=1, high=64,
+                         doc="random masks per candidate for the CE ranking"),
+    "pii_ce_share": Param(float, 0.35, low=0.0, high=1.0, closed="neither",
+                          doc="share of a record's non-padding tokens each CE mask hides (paper: 35%)"),
     "pii_span": Param(int, 20, low=4, high=256, doc="context span X around the PII for the skewness"),
     "alpha": Param(float, 0.1, low=0.0, high=1.0, doc="weight of the skewness in the combined PII rank"),
     "eval_batch": Param(int, P(64, 256, 32), low=1, doc="sequences per forward when scoring"),
@@ -84,6 +98,11 @@ SPEC: dict[str, Param] = {
 
 
 def _check(cfg) -> None:
+    if max(cfg.secmi_ratios) + cfg.secmi_step > 1:
+        raise ConfigError(f"parameter 'secmi_step': max(secmi_ratios) + secmi_step must be <= 1 "
+                          f"(got {max(cfg.secmi_ratios)} + {cfg.secmi_step})")
+    if not cfg.domains:
+        raise ConfigError("parameter 'domains': name at least one of same, gap (got [])")
     if max(cfg.epochs_sweep) > cfg.epochs:
         raise ConfigError(f"parameter 'epochs_sweep': values must be <= epochs={cfg.epochs} (got {cfg.epochs_sweep})")
     if cfg.backbone == "tiny" and cfg.n_embd % cfg.n_head:
@@ -233,6 +252,16 @@ class Setup:
     dft: torch.Tensor            # (N, block_len) WikiText-2 valid blocks
     ift: tuple                   # ids, eligible, attention (N, ift_len), valid split
     info: dict = field(default_factory=dict)
+    gap: torch.Tensor | None = None  # (M, block_len) standard-library docstring blocks (the domain gap)
+    regime: dict = field(default_factory=dict)  # base vs unigram NLL per corpus (regime_table)
+
+    def blocks(self, domain: str) -> torch.Tensor:
+        """The fine-tuning blocks of a domain setting: "same" (WikiText-2 valid) or "gap" (docstrings)."""
+        if domain == "same":
+            return self.dft
+        if domain == "gap" and self.gap is not None:
+            return self.gap
+        raise ConfigError(f"parameter 'domains': {domain!r} is not prepared (allowed: same, gap)")
 
 
 def _arch(cfg, codec: Codec) -> dict:
@@ -299,7 +328,16 @@ def prepare(cfg) -> Setup:
         codec = _hf_codec(cfg, fam["mask_id"] if cfg.mask_id < 0 else cfg.mask_id)
     dft = stream_blocks(codec.encode(eval_text), cfg.block_len)
     ift = instruction_pairs(eval_text, codec, cfg.ift_len)
-    info = {"dft_blocks": int(dft.shape[0]), "ift_pairs": int(ift[0].shape[0])}
+    info = {"dft_blocks": int(dft.shape[0]), "ift_pairs": int(ift[0].shape[0]), "n_members": cfg.n_members,
+            "n_nonmembers": cfg.n_nonmembers, "runs": cfg.runs}
+    gap = None
+    if "gap" in cfg.domains:
+        from memlab.data import docstrings
+
+        doc_text = docstrings.docstring_corpus()
+        gap = stream_blocks(codec.encode(doc_text), cfg.block_len)
+        info["gap_blocks"] = int(gap.shape[0])
+        info["gap_corpus"] = docstrings.corpus_info(doc_text)
     if cfg.backbone == "tiny":
         arch = _arch(cfg, codec)
         pre = stream_blocks(codec.encode(pre_text), max(cfg.block_len, cfg.ift_len))
@@ -327,7 +365,84 @@ def prepare(cfg) -> Setup:
         base_path, instruct_path = model_paths(cfg)
         base, instruct = _load_hf(cfg, base_path), _load_hf(cfg, instruct_path)
         dlm.check_same_vocab(base, instruct)
-    return Setup(cfg, codec, base, instruct, dft, ift, info)
+    setup = Setup(cfg, codec, base, instruct, dft, ift, info, gap)
+    setup.regime = regime(setup, torch.tensor(codec.encode(pre_text)))
+    check_context(cfg, setup.regime)
+    return setup
+
+
+REGIME_BLOCKS = 256  # blocks per corpus for the regime table: a standard error of ~0.01 nats
+
+
+def regime(setup: Setup, pre_ids: torch.Tensor) -> dict:
+    """Does the base read context? Its masked NLL at rho vs a unigram model's, per corpus (nats/token).
+
+    pre_ids: the pre-training token stream. For each prepared corpus ("same",
+    "gap"), on REGIME_BLOCKS fixed random blocks: the base's mean NLL over one round
+    of cyclic masks at ``rho`` (every token scored once), and the NLL of an add-one
+    unigram model of the pre-training tokens (specials excluded). A base that only
+    learned token frequencies scores about the unigram NLL; the gain is the context it uses.
+    """
+    cfg, codec = setup.cfg, setup.codec
+    specials = (codec.mask_id, codec.pad_id, codec.eos_id)
+    out = {}
+    for name in [d for d in ("same", "gap") if d == "same" or setup.gap is not None]:
+        data = setup.blocks(name)
+        idx = torch.randperm(data.shape[0], generator=torch.Generator().manual_seed(7))[:REGIME_BLOCKS]
+        ids = data[idx]
+        probe = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=cfg.rho, rounds=1, sama_steps=1,
+                               seed=7)
+        nll = mia.model_view(setup.base, ids, probe, None, cfg.eval_batch, groups={"cyclic"},
+                             stats=False)["cyclic"]
+        base = float(torch.nanmean(nll))
+        uni = dlm.unigram_nll(pre_ids, ids, codec.vocab_size, exclude=specials)
+        out[name] = {"base masked NLL": base, "unigram NLL": uni, "context gain": uni - base,
+                     "ln V": float(np.log(codec.vocab_size)), "blocks": int(ids.shape[0])}
+    return out
+
+
+class ContextGuardError(ConfigError):
+    """The base model's masked NLL is not clearly below a unigram model's: it does not use context."""
+
+
+def check_context(cfg, reg: dict) -> None:
+    """Fail the run (``require_context``) if the base gains less than ``context_margin`` nats over a unigram."""
+    r = reg["same"]
+    if cfg.require_context and r["context gain"] < cfg.context_margin:
+        raise ContextGuardError(
+            f"parameter 'pretrain_steps': the base model barely uses context: masked NLL "
+            f"{r['base masked NLL']:.3f} nats at rho={cfg.rho:g} on WikiText-2 valid vs "
+            f"{r['unigram NLL']:.3f} "
+            f"for a unigram model of the pre-training split (gain {r['context gain']:.3f}, needs >= "
+            f"{cfg.context_margin:g}); pre-train longer than pretrain_steps={cfg.pretrain_steps} "
+            "or pass require_context=False")
+
+
+def regime_table(setup: Setup) -> pd.DataFrame:
+    """The regime table: the base's masked NLL beside a unigram model's, per corpus, with the paper's models.
+
+    The paper's models (LLaDA-8B, Dream-7B) report no masked NLL; their rows carry
+    only what the paper says of them.
+    """
+    cfg = setup.cfg
+    names = {"same": "same domain: WikiText-2 valid", "gap": "domain gap: stdlib docstrings"}
+    if cfg.backbone == "tiny":
+        who = f"ours ({cfg.backbone}, {setup.info.get('params', 0) / 1e6:.2f}M params)"
+    else:
+        who = f"ours ({model_paths(cfg)[0]})"
+    rows = {}
+    for name, r in setup.regime.items():
+        rows[f"{who}, {names[name]}"] = {
+            "pre-training": f"WikiText-2 test, {cfg.pretrain_steps} x 32 blocks" if cfg.backbone == "tiny"
+            else "the checkpoint's", "block length": cfg.block_len,
+            f"masked NLL at rho={cfg.rho:g}": round(r["base masked NLL"], 3),
+            "unigram NLL": round(r["unigram NLL"], 3), "gain over unigram": round(r["context gain"], 3)}
+    for name, what in (("LLaDA-8B-Base (paper)", "web-scale pre-training"),
+                       ("Dream-v0-Base-7B (paper)", "adapted from an autoregressive LM")):
+        rows[name] = {"pre-training": what, "block length": "–",
+                      f"masked NLL at rho={cfg.rho:g}": "not reported", "unigram NLL": "–",
+                      "gain over unigram": "–"}
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=None, attention=None, *,
@@ -374,7 +489,8 @@ def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=Non
 
 def _probe(cfg, eligible: torch.Tensor, seed: int, with_random: bool = False) -> mia.Probe:
     return mia.make_probe(eligible, rho=cfg.rho, rounds=cfg.rounds, secmi_ratios=tuple(cfg.secmi_ratios),
-                          sama_steps=cfg.sama_steps, with_random=with_random, seed=seed)
+                          secmi_step=cfg.secmi_step, sama_steps=cfg.sama_steps, with_random=with_random,
+                          seed=seed)
 
 
 def _groups(scores) -> set[str]:
@@ -386,11 +502,40 @@ def _view(cfg, model, ids, probe, attention, scores):
                           stats="min_k_pp" in scores)
 
 
-def _metrics(score_dict: dict, labels: np.ndarray) -> dict[str, dict[str, float]]:
+FPRS = {"TPR@10%FPR": 0.1, "TPR@1%FPR": 0.01}
+
+
+def supported(metric: str, n_nonmembers: int, min_fp: int) -> bool:
+    """Whether ``n_nonmembers`` support a TPR at the metric's FPR: >= ``min_fp`` false positives allowed.
+
+    With fewer, the ROC point at that FPR is the one at (or next to) zero false
+    positives, a different and much noisier quantity (64 non-members: TPR@1%FPR is
+    TPR at FPR 0).
+    """
+    return metric not in FPRS or FPRS[metric] * n_nonmembers >= min_fp
+
+
+def _metrics(score_dict: dict, labels: np.ndarray, min_fp: int = 1) -> dict[str, dict[str, float]]:
+    """{score: {"AUC": %, "TPR@10%FPR": %, "TPR@1%FPR": %}}; an unsupported TPR is NaN (:func:`supported`)."""
+    n_non = int((labels == 0).sum())
     out = {}
     for name, s in score_dict.items():
         m = roc_metrics(s, labels)
-        out[name] = {"AUC": 100 * m["auc"], "TPR@10%FPR": 100 * m["tpr@10%fpr"], "TPR@1%FPR": 100 * m["tpr@1%fpr"]}
+        row = {"AUC": 100 * m["auc"]}
+        for metric, f in FPRS.items():
+            ok = supported(metric, n_non, min_fp)
+            row[metric] = 100 * m[f"tpr@{f * 100:g}%fpr"] if ok else float("nan")
+        out[name] = row
+    return out
+
+
+def na_cells(table: pd.DataFrame, n_nonmembers: int, min_fp: int) -> pd.DataFrame:
+    """``table`` (ours, or side-by-side) with unsupported TPR cells of ours written "n/a (n non-members)"."""
+    out = table.copy().astype(object)
+    for col in out.columns:
+        metric, src = (col if isinstance(col, tuple) else (col, "ours"))
+        if src == "ours" and not supported(metric, n_nonmembers, min_fp):
+            out[col] = f"n/a ({n_nonmembers} non-members)"
     return out
 
 
@@ -438,26 +583,32 @@ class InstructionRuns:
     ref_para: list[RunMetrics] = field(default_factory=list)
 
 
-def domain_experiment(setup: Setup) -> DomainRuns:
-    """Domain fine-tuning on WikiText-2 blocks: the runs behind Tables 1, 4 (base side), 5 and Figure 2.
+def domain_experiment(setup: Setup, domain: str = "same") -> DomainRuns:
+    """Domain fine-tuning: the runs behind Tables 1, 4 (base side), 5 and Figure 2, for one domain setting.
 
-    Per run r: members / non-members / a perturbation pool are disjoint random
-    blocks; the base is fine-tuned on the members for ``epochs`` epochs
-    (snapshots at ``epochs_sweep``). Returns per-run metrics and the run-0 deltas.
+    ``domain``: "same" fine-tunes on WikiText-2 valid blocks (the pre-training
+    domain), "gap" on standard-library docstring blocks (another domain, as LLaDA
+    fine-tuned on WikiText). Per run r: members / non-members / a perturbation pool
+    are disjoint random blocks; the base is fine-tuned on the members for ``epochs``
+    epochs (snapshots at ``epochs_sweep``). Returns per-run metrics and the run-0 deltas.
     """
     cfg = setup.cfg
+    data = setup.blocks(domain)
+    stage = "dft" if domain == "same" else "dft-gap"
     scores = list(cfg.scores)
     ablate = "qskew" in scores
     res = DomainRuns(sweep={e: [] for e in cfg.epochs_sweep})
-    for r in progress(range(cfg.runs), desc="domain runs"):
+    for r in progress(range(cfg.runs), desc=f"domain runs ({domain})"):
         seed = cfg.seed + r
-        mem, non, pool = _split(setup.dft.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 1000 + seed)
-        train = setup.dft[mem]
-        snaps = finetune(setup, setup.base, "dft", train, epochs=cfg.epochs, seed=seed, snapshots=cfg.epochs_sweep)
-        para = perturb(setup.dft[pool], torch.ones_like(setup.dft[pool], dtype=torch.bool), 0.2,
+        mem, non, pool = _split(data.shape[0], (cfg.n_members, cfg.n_nonmembers, cfg.n_members), 1000 + seed)
+        train = data[mem]
+        snaps = finetune(setup, setup.base, stage, train, epochs=cfg.epochs, seed=seed,
+                         snapshots=cfg.epochs_sweep)
+        para = perturb(data[pool], torch.ones_like(data[pool], dtype=torch.bool), 0.2,
                        setup.codec.vocab_size, (setup.codec.mask_id,), seed)
-        para_ref = finetune(setup, setup.base, "dft-para", para, epochs=cfg.epochs, seed=seed)[cfg.epochs]
-        ids = torch.cat([setup.dft[mem], setup.dft[non]])
+        para_ref = finetune(setup, setup.base, f"{stage}-para", para, epochs=cfg.epochs,
+                            seed=seed)[cfg.epochs]
+        ids = torch.cat([data[mem], data[non]])
         labels = np.r_[np.ones(len(mem)), np.zeros(len(non))]
         probe = _probe(cfg, torch.ones_like(ids, dtype=torch.bool), seed, with_random=ablate)
         all_scores = scores + (list(mia.ABLATIONS) if ablate else [])
@@ -465,16 +616,18 @@ def domain_experiment(setup: Setup) -> DomainRuns:
         target = snaps[cfg.epochs]
         tv = _view(cfg, target, ids, probe, None, all_scores)
         sc = mia.compute_scores(tv, ref_view, probe, all_scores, h=cfg.h, k=cfg.k, seed=seed)
-        res.main.append(_metrics({s: sc[s] for s in scores}, labels))
+        res.main.append(_metrics({s: sc[s] for s in scores}, labels, cfg.tpr_min_fp))
         if ablate:
-            res.ablation.append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels))
+            res.ablation.append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels,
+                                         cfg.tpr_min_fp))
             for runs, ref in ((res.ref_instruct, setup.instruct), (res.ref_para, para_ref)):
                 rv = _view(cfg, ref, ids, probe, None, ["qskew"])
-                runs.append(_metrics(mia.compute_scores(tv, rv, probe, ["qskew"], h=cfg.h), labels))
+                runs.append(_metrics(mia.compute_scores(tv, rv, probe, ["qskew"], h=cfg.h), labels,
+                                     cfg.tpr_min_fp))
         for e in cfg.epochs_sweep:
             v = tv if e == cfg.epochs else _view(cfg, snaps[e], ids, probe, None, scores)
             res.sweep[e].append(_metrics(mia.compute_scores(v, ref_view, probe, scores, h=cfg.h, k=cfg.k,
-                                                               seed=seed), labels))
+                                                               seed=seed), labels, cfg.tpr_min_fp))
         if r == 0:
             res.examples = {"deltas": mia.deltas_of(tv, ref_view), "labels": labels,
                                "qskew": sc.get("qskew"), "calibration": sc.get("calibration")}
@@ -507,11 +660,12 @@ def instruction_experiment(setup: Setup) -> InstructionRuns:
         tv = _view(cfg, target, ids, probe, attn, scores)
         rv = _view(cfg, setup.instruct, ids, probe, attn, scores)
         sc = mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed)
-        res.main.append(_metrics(sc, labels))
+        res.main.append(_metrics(sc, labels, cfg.tpr_min_fp))
         if "qskew" in scores:
             for runs, ref in ((res.ref_base, setup.base), (res.ref_para, para_ref)):
                 v = _view(cfg, ref, ids, probe, attn, ["qskew"])
-                runs.append(_metrics(mia.compute_scores(tv, v, probe, ["qskew"], h=cfg.h), labels))
+                runs.append(_metrics(mia.compute_scores(tv, v, probe, ["qskew"], h=cfg.h), labels,
+                                     cfg.tpr_min_fp))
     return res
 
 
@@ -555,7 +709,8 @@ def pii_experiment(setup: Setup) -> dict:
     The base is fine-tuned on ``pii_targets`` records per kind. For each record,
     ``pii_slots`` masks replace the PII (and the end-of-text padding after it);
     ``pii_candidates`` candidates come from independent denoising runs; each
-    unique candidate is ranked by cross-entropy (target model, random 35% masks),
+    unique candidate is ranked by cross-entropy (target model, random masks hiding a
+    ``pii_ce_share`` of the record's non-padding tokens),
     by Q-Skew with only the PII masked, by Q-Skew with only the context masked,
     and by the combination with weight ``alpha``. Success = the top candidate
     equals the true PII string.
@@ -595,8 +750,11 @@ def pii_experiment(setup: Setup) -> dict:
         seqs[:, :pre] = enc.ids[i, :pre]
         for j, c in enumerate(cand_list):
             seqs[j, pre:pre + len(c)] = torch.tensor(c)
-        ce = mia.candidate_ce(target, seqs, repeats=cfg.pii_repeats, mask_share=cfg.rho, generator=g,
-                              batch_size=cfg.eval_batch)
+        # The CE masks hide a share of the record's own tokens (prefix and candidate), never the padding.
+        lengths = torch.tensor([pre + len(c) for c in cand_list])
+        real = torch.arange(cfg.pii_len)[None, :] < lengths[:, None]
+        ce = mia.candidate_ce(target, seqs, repeats=cfg.pii_repeats, mask_share=cfg.pii_ce_share, generator=g,
+                              eligible=real, batch_size=cfg.eval_batch)
         sk = {}
         for part in ("pii", "context"):
             elig = torch.stack([mia.span_eligible(pre, len(c), cfg.pii_span, cfg.pii_len, part)
@@ -708,11 +866,38 @@ def table5(dom: DomainRuns) -> pd.DataFrame | None:
 
 # At `smoke` the models are toys, so the claims are only judged at `cpu` and `paper`.
 MEASURED = ("cpu", "paper")
+# The domain setting the claims judge: fine-tuning on another domain than pre-training, as
+# LLaDA (web-scale pre-training) fine-tuned on WikiText; "same" is shown beside it as a control.
+HEADLINE = "gap"
+
+
+def auc_variance(auc: float, n_pos: int, n_neg: int) -> float:
+    """Hanley & McNeil (1982) variance of an AUC (as a fraction) from n_pos members and n_neg non-members."""
+    a = min(max(auc, 1e-6), 1 - 1e-6)
+    q1, q2 = a / (2 - a), 2 * a * a / (1 + a)
+    return (a * (1 - a) + (n_pos - 1) * (q1 - a * a) + (n_neg - 1) * (q2 - a * a)) / (n_pos * n_neg)
+
+
+def auc_diff_band(a1: float, a2: float, m: dict, z: float = 1.96) -> float:
+    """Half-width (AUC points) of a band on a1 - a2, two AUCs in % each averaged over the run's runs.
+
+    Treats the two AUCs as independent, which overstates the noise of a difference
+    measured on the same members (their errors are positively correlated): a cautious band.
+    """
+    s = m["setup"]
+    n1, n0, runs = int(s["n_members"]), int(s["n_nonmembers"]), int(s["runs"])
+    var = (auc_variance(a1 / 100, n1, n0) + auc_variance(a2 / 100, n1, n0)) / runs
+    return float(100 * z * np.sqrt(var))
+
+
+def _section(m: dict, section: str) -> dict:
+    """The score table of a section: "instruction", or "domain" in the HEADLINE domain setting."""
+    return m["domain"][HEADLINE] if section == "domain" else m[section]
 
 
 def best_baseline(m: dict, section: str) -> tuple[str, float]:
-    """Name and AUC of the best score other than Q-Skew in ``m[section]`` ("domain" or "instruction")."""
-    rows = {k: v["AUC"] for k, v in m[section].items() if k != "Q-Skew"}
+    """Name and AUC of the best score other than Q-Skew in ``section`` ("domain": the HEADLINE setting)."""
+    rows = {k: v["AUC"] for k, v in _section(m, section).items() if k != "Q-Skew"}
     if not rows:
         raise paper.NotJudged(f"{section}: no baseline score was run to compare with")
     name = max(rows, key=rows.get)
@@ -720,14 +905,17 @@ def best_baseline(m: dict, section: str) -> tuple[str, float]:
 
 
 def _beats_all(m: dict, section: str) -> tuple[bool, str]:
-    """Checks that Q-Skew's AUC in ``m[section]`` is above every other score's."""
+    """Checks that Q-Skew's AUC is above every other score's, by more than the noise band."""
     name, auc = best_baseline(m, section)
-    q = m[section]["Q-Skew"]["AUC"]
-    return q > auc, f"Q-Skew AUC {q:.1f} vs best baseline {name} {auc:.1f}"
+    q = _section(m, section)["Q-Skew"]["AUC"]
+    band = auc_diff_band(q, auc, m)
+    what = f"Q-Skew AUC {q:.1f} vs best baseline {name} {auc:.1f}"
+    paper.outside_noise(q - auc, band, what)
+    return q > auc, f"{what} (band \u00b1{band:.1f})"
 
 
 def _dft_best(m: dict) -> tuple[bool, str]:
-    """Checks that Q-Skew has the highest AUC under domain fine-tuning."""
+    """Checks that Q-Skew has the highest AUC under domain fine-tuning (domain-gap setting)."""
     return _beats_all(m, "domain")
 
 
@@ -738,15 +926,20 @@ def _ift_best(m: dict) -> tuple[bool, str]:
 
 def _gain10(m: dict) -> tuple[bool, str]:
     """Checks that Q-Skew's AUC minus the best baseline's, averaged over domain and instruction, exceeds 10."""
-    gains = []
+    gains, bands = [], []
     for section in ("domain", "instruction"):
-        gains.append(m[section]["Q-Skew"]["AUC"] - best_baseline(m, section)[1])
-    return np.mean(gains) > 10, "Q-Skew minus best baseline AUC: " + ", ".join(f"{g:+.1f}" for g in gains)
+        q, (_, b) = _section(m, section)["Q-Skew"]["AUC"], best_baseline(m, section)
+        gains.append(q - b)
+        bands.append(auc_diff_band(q, b, m))
+    mean, band = float(np.mean(gains)), float(np.sqrt(np.sum(np.square(bands))) / 2)
+    what = "Q-Skew minus best baseline AUC: " + ", ".join(f"{g:+.1f}" for g in gains) + f" (mean {mean:+.1f})"
+    paper.outside_noise(mean - 10, band, what + " against the paper's +10")
+    return mean > 10, f"{what}, band \u00b1{band:.1f}"
 
 
 def _right_skew(m: dict) -> tuple[bool, str]:
     """Checks that the members' pooled Q-Skew of Δ is positive and above the non-members'."""
-    d = m["delta_stats"]
+    d = m["delta_stats"][HEADLINE]
     mq, nq = d["members"]["Q-Skew (pooled)"], d["non-members"]["Q-Skew (pooled)"]
     return mq > 0 and mq > nq, (
         f"pooled Q-Skew members {d['members']['Q-Skew (pooled)']:.3f}, non-members {d['non-members']['Q-Skew (pooled)']:.3f}")
@@ -780,7 +973,7 @@ def _mismatched(m: dict) -> tuple[bool, str]:
     against the golden one and stays above SAMA."""
     parts, ok = [], True
     for side in ("base", "instruct"):
-        t = m[f"table4_{side}"]
+        t = m["table4_base"][HEADLINE] if side == "base" else m["table4_instruct"]
         golden = t["Golden reference"]["AUC"]
         worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
         ok &= golden - worst <= 6 and worst > t["SAMA (w/ Ref)"]["AUC"]
@@ -790,34 +983,60 @@ def _mismatched(m: dict) -> tuple[bool, str]:
 
 def _ablation(m: dict) -> tuple[bool, str]:
     """Checks that full Q-Skew has a higher AUC than every ablated variant (Table 5)."""
-    t = m["ablation"]
+    t = m["ablation"][HEADLINE]
     full = t["Q-Skew"]["AUC"]
     others = {k: v["AUC"] for k, v in t.items() if k != "Q-Skew"}
-    return all(full > v for v in others.values()), f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items())
+    best = max(others, key=others.get)
+    band = auc_diff_band(full, others[best], m)
+    what = f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items())
+    paper.outside_noise(full - others[best], band, what + f"; full minus best ablation ({best})")
+    return all(full > v for v in others.values()), f"{what} (band \u00b1{band:.1f})"
+
+
+def _pii_judgeable(m: dict) -> tuple[dict, int, str]:
+    """(hits, targets per kind, oracle evidence); NotJudged when no target's truth is among its candidates."""
+    p = m["pii"]
+    h, n, o = p["hits"], int(p["targets_per_kind"]), p["oracle"]
+    oracle = f"truth among candidates phone {o['phone']}/{n}, email {o['email']}/{n}"
+    if o["phone"] + o["email"] == 0:
+        raise paper.NotJudged(f"{oracle}: no ranking can pick the true PII, so none can be compared")
+    return h, n, oracle
+
+
+def _pii_margin(h: dict, a: str, b: str, n: int, what: str) -> float:
+    """Total top-1 hit rate of ranking a minus b over 2n targets; NotJudged inside the diff_band."""
+    pa, pb = sum(h[a].values()) / (2 * n), sum(h[b].values()) / (2 * n)
+    band = diff_band(pa, 2 * n, pb, 2 * n)
+    paper.outside_noise(pa - pb, band, f"{what}: hit rate {100 * pa:.0f}% vs {100 * pb:.0f}% of {2 * n}")
+    return band
 
 
 def _pii_combine(m: dict) -> tuple[bool, str]:
     """Checks that the combined CE + skewness ranking has at least CE's top-1 hits for phone and e-mail,
-    and more in total."""
-    h, n = m["pii"]["hits"], m["pii"]["targets_per_kind"]
+    and more in total, by more than the noise band on the total hit rates."""
+    h, n, oracle = _pii_judgeable(m)
     comb = [k for k in h if k.startswith("Combine")][0]
+    band = _pii_margin(h, comb, "CE", n, f"{comb} minus CE ({oracle})")
     ok = all(h[comb][kind] >= h["CE"][kind] for kind in ("phone", "email")) and sum(h[comb].values()) > sum(h["CE"].values())
     return ok, (f"top-1 hits CE phone {h['CE']['phone']}/{n}, email {h['CE']['email']}/{n}; "
-                f"{comb} phone {h[comb]['phone']}/{n}, email {h[comb]['email']}/{n}")
+                f"{comb} phone {h[comb]['phone']}/{n}, email {h[comb]['email']}/{n}; {oracle}; "
+                f"band \u00b1{100 * band:.0f} points")
 
 
 def _pii_skew_alone(m: dict) -> tuple[bool, str]:
     """Checks that ranking by Q-Skew over the PII tokens alone gives fewer top-1 hits in total than CE."""
-    h = m["pii"]["hits"]
-    return sum(h["Q-Skew (PII mask)"].values()) < sum(h["CE"].values()), (
-        f"Q-Skew (PII mask) {sum(h['Q-Skew (PII mask)'].values())} hits vs CE {sum(h['CE'].values())}")
-
+    h, n, oracle = _pii_judgeable(m)
+    q = "Q-Skew (PII mask)"
+    band = _pii_margin(h, "CE", q, n, f"CE minus {q} ({oracle})")
+    return sum(h[q].values()) < sum(h["CE"].values()), (
+        f"{q} {sum(h[q].values())} hits vs CE {sum(h['CE'].values())} of {2 * n}; {oracle}; "
+        f"band \u00b1{100 * band:.0f} points")
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
 # and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
-    'setup', 'domain', 'delta_stats', 'instruction', 'epochs_sweep_auc', 'table4_base',
+    'setup', 'regime', 'domain', 'delta_stats', 'instruction', 'epochs_sweep_auc', 'table4_base',
     'table4_instruct', 'ablation', 'asymmetry', 'pii',
 )
 

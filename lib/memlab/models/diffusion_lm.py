@@ -296,21 +296,24 @@ def log_prob_stats(log_probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 @torch.no_grad()
 def masked_nll(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor,
                attention_mask: torch.Tensor | None = None, batch_size: int = 64,
-               with_stats: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               with_stats: bool = False, with_brier: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Per-token NLL of the original tokens at masked positions, for given mask patterns.
 
     ids: (N, L) int64 clean tokens; masks: (N, L) bool, True where the token is
     replaced by the model's mask token (one pattern per row; repeat a sequence to
     score it under several patterns); attention_mask: (N, L) bool or None.
     Returns nll (N, L) float32 in nats, NaN where not masked. With ``with_stats``
-    also returns mu, sigma (N, L) of :func:`log_prob_stats` (NaN where not masked).
+    also returns mu, sigma (N, L) of :func:`log_prob_stats`; with ``with_brier`` also
+    (last) the squared error ||p - e_x||^2 = sum_v p_v^2 - 2 p_x + 1 between the predicted
+    distribution and the one-hot true token (SecMI's error in the masked setting), each
+    NaN where not masked.
     """
     if ids.shape != masks.shape:
         raise ValueError(f"parameter 'masks': must have the shape of ids {tuple(ids.shape)} (got {tuple(masks.shape)})")
     dev = _device_of(model)
     was_training = model.training
     model.eval()
-    outs: list[list[torch.Tensor]] = [[], [], []]
+    outs: list[list[torch.Tensor]] = [[], [], [], []]
     for i in range(0, ids.shape[0], batch_size):
         x = ids[i:i + batch_size].to(dev)
         m = masks[i:i + batch_size].to(dev).bool()
@@ -333,10 +336,40 @@ def masked_nll(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor,
             mu[m], sigma[m] = mu_m, sigma_m
             outs[1].append(mu.cpu())
             outs[2].append(sigma.cpu())
+        if with_brier:
+            p = logp.exp()
+            err = torch.full_like(nll, float("nan"))
+            err[m] = p.square().sum(-1) - 2 * p.gather(-1, x[m].unsqueeze(-1)).squeeze(-1) + 1
+            outs[3].append(err.cpu())
     model.train(was_training)
-    if not with_stats:
-        return torch.cat(outs[0])
-    return torch.cat(outs[0]), torch.cat(outs[1]), torch.cat(outs[2])
+    res = [torch.cat(outs[0])]
+    if with_stats:
+        res += [torch.cat(outs[1]), torch.cat(outs[2])]
+    if with_brier:
+        res.append(torch.cat(outs[3]))
+    return res[0] if len(res) == 1 else tuple(res)
+
+
+def unigram_nll(train_ids: torch.Tensor, eval_ids: torch.Tensor, vocab_size: int, exclude=()) -> float:
+    """Mean NLL (nats/token) of ``eval_ids`` under a unigram model of ``train_ids``, add-one smoothed.
+
+    train_ids, eval_ids: int tensors of any shape (flattened). ``exclude``: token ids
+    (mask, padding) given no probability and not scored. The floor a masked LM reaches
+    without reading any context: a base whose masked NLL is not clearly below it has
+    learned token frequencies, not language.
+    """
+    keep = torch.ones(vocab_size, dtype=torch.bool)
+    for t in exclude:
+        keep[t] = False
+    tr, ev = train_ids.flatten().long(), eval_ids.flatten().long()
+    if ((tr < 0) | (tr >= vocab_size)).any() or ((ev < 0) | (ev >= vocab_size)).any():
+        raise ValueError(f"parameter 'train_ids': token ids must lie in [0, {vocab_size})")
+    counts = torch.bincount(tr[keep[tr]], minlength=vocab_size).double() + keep.double()
+    logp = torch.log(counts / counts[keep].sum())
+    ev = ev[keep[ev]]
+    if ev.numel() == 0:
+        raise ValueError("parameter 'eval_ids': no token left to score")
+    return float(-logp[ev].mean())
 
 
 @torch.no_grad()
