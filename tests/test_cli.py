@@ -135,3 +135,19 @@ def test_dedupe_inline_scripts(tmp_path):
     assert book.dedupe_inline_scripts(page)
     assert page.read_text().count("const A = 1") == 1 and "const B = 2" in page.read_text()
     assert not book.dedupe_inline_scripts(page)
+
+
+def test_scorecard_tallies_book_hypotheses_apart_from_paper_claims(tmp_path, monkeypatch):
+    fake = {"01_p": chapters.Chapter("01_p", "A paper chapter", "x", "p.txt"),
+            "06_h": chapters.Chapter("06_h", "A hypotheses chapter", "y", "", hypotheses=True)}
+    monkeypatch.setattr(book, "CHAPTERS", fake)
+    (tmp_path / "results").mkdir()
+    for cid, verdict in (("01_p", "reproduced"), ("06_h", "not reproduced")):
+        (tmp_path / "results" / f"{cid}.json").write_text(json.dumps({
+            "profile": "cpu", "claims": [{"key": "k", "claim": "c", "source": "s", "verdict": verdict,
+                                          "evidence": ""}]}))
+    book.write_scorecard(tmp_path)
+    summary = (tmp_path / "_scorecard_summary.md").read_text()
+    papers, hyp = summary.split("**Book hypotheses**")
+    assert "| A paper chapter | `cpu` | 1 | 0 | 0 | 0 | – |" in papers and "hypotheses chapter" not in papers
+    assert "| A hypotheses chapter | `cpu` | 0 | 1 | 0 | 0 | – |" in hyp

@@ -37,24 +37,30 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     dest = Path(dest) if dest is not None else book
     # Paper claims are counted by verdict; sanity checks (true by construction or arithmetic)
     # get their own column so that they never inflate the "reproduced" count.
-    summary = [
+    header = [
         "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " | Sanity checks passed |",
         "|---|---|" + "---|" * (len(VERDICTS) + 1),
     ]
+    # A chapter of the book's own pre-registered hypotheses (chapters.Chapter.hypotheses) tests
+    # no paper, so its verdicts are tallied in a table of their own.
+    summary, hypotheses = list(header), []
     details = []
     for cid, ch in CHAPTERS.items():
+        rows = hypotheses if ch.hypotheses else summary
         res = load_results(cid, book)
         if res is None:
-            summary.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " | – |")
+            rows.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " | – |")
             continue
         counts = tally(res.get("claims", []), CLAIM)
         sanity = tally(res.get("claims", []), SANITY)
         n_sanity = sum(sanity.values())
         sane = f"{sanity[REPRODUCED]} of {n_sanity}" if n_sanity else "–"
-        summary.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS)
-                       + f" | {sane} |")
+        rows.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS)
+                    + f" | {sane} |")
+        kind = "its pre-registered book hypotheses (no paper; judged like claims)" if ch.hypotheses else ""
         details += ["", f"## {ch.title}", "",
-                    f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb).", ""]
+                    f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb)"
+                    + (f"; {kind}" if kind else "") + ".", ""]
         if res.get("claims"):
             # The same HTML table as in the chapter (verdict first, full text, stacked on a phone),
             # plus how often each claim held across seeds where a sweep is published.
@@ -62,6 +68,9 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
             sweep = robustness.load(book, cid)
             across = robustness.claim_counts(sweep) if robustness.is_current(sweep, res) else {}
             details += [claims_table(res["claims"], across or None)._repr_html_(), ""]
+    if hypotheses:
+        summary += ["", "**Book hypotheses** (pre-registered by this book, not claims of a paper):", "",
+                    *header, *hypotheses]
     intro = [
         "# Scorecard",
         "",
