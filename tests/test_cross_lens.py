@@ -226,3 +226,14 @@ def test_sde_subsets_are_shared_and_fit_their_pools():
     assert s1["targets"].shape == (cfg.n_targets, cfg.sde_size)
     with pytest.raises(ValueError, match="sde_size"):
         ch.sde_subsets(cfg, 60, 3, 20)
+
+
+def test_preflight_checks_what_chapters_1_and_3_read():
+    from conftest import require_data
+
+    from memlab import preflight
+
+    require_data("cifar10-jpeg")
+    require_data("wikitext-2")
+    lines = preflight.check(ch.CHAPTER, resolve(ch.CHAPTER, "smoke"), profile="smoke")
+    assert any("cifar10" in ln for ln in lines) and any("WikiText-2" in ln for ln in lines)

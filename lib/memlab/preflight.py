@@ -49,8 +49,17 @@ def _cifar_needs(cfg) -> list[tuple[str, tuple[str, ...]]]:
     return needs
 
 
+def _lens_sub(cfg, chapter: str):
+    """Chapter 6 reads chapters 1 and 3 at its own profile with their defaults (their needs are its needs)."""
+    from memlab.config import resolve
+
+    return resolve(chapter, profile=_get(cfg, "profile") or "cpu")
+
+
 def _hub_needs(chapter: str, cfg) -> list[tuple[str, str, bool]]:
     """(parameter, model spec, wants remote code) of the hub models a configuration loads."""
+    if chapter == "06_cross_lens":
+        return _hub_needs("03_canary_audit", _lens_sub(cfg, "03_canary_audit")) if _get(cfg, "language", True) else []
     if chapter == "03_canary_audit":
         out = []
         for param, local in (("model", "small"), ("drift_model", "suppress")):
@@ -74,6 +83,8 @@ DATA: dict[str, dict[str, Callable]] = {
     "03_canary_audit": {"wikitext": lambda cfg: ("valid",)},
     "04_qskew": {"wikitext": lambda cfg: ("test", "valid")},
     "05_capacity": {"wikitext": lambda cfg: ("valid", "test")},
+    "06_cross_lens": {"cifar": lambda cfg: _cifar_needs(_lens_sub(cfg, "01_bn_illusion")),
+                      "wikitext": lambda cfg: ("valid",)},
 }
 
 
