@@ -314,7 +314,9 @@ if panels:
             for j in range(len(tau)):
                 v = tau.iat[i, j]
                 txt = "–" if pd.isna(v) else f"{v:.1f}"
-                ax.text(j, i, txt, ha="center", va="center", fontsize=6)
+                ink = "white" if not pd.isna(v) and abs(v) > 0.6 else "black"
+                ax.text(j, i, txt, ha="center", va="center", fontsize=6, color=ink)
+        ax.grid(False)
         ax.set_title(title, fontsize="small")
     fig.colorbar(im, ax=axes, shrink=0.8, label="Kendall τ")
     _ = plotting.publish(fig, "fig_tau", CH)
