@@ -178,9 +178,10 @@ display(
 # ## The bypass gap over the K sweep
 #
 # One LoRA adapter per seed memorises every author under the BIO template; NPO then unlearns
-# them and all probes run at K = 0 (the memorised adapter) and at every K of the sweep. The
-# sweep is scaled by profile, so our rows are matched to the paper's by position: our i-th K
-# stands beside the paper's i-th K (100, 400, 800, 1600).
+# them and all probes run at K = 0 (the memorised adapter) and at every K of the sweep. Our K
+# are not the paper's (its model, learning rate and data differ), so the paper's rows stand
+# under their own K (100, 400, 800, 1600) below ours: compare states, chiefly the audited one,
+# not K values. When a sweep has exactly four K, its rows are labelled by the paper's K.
 
 # %%
 bio = {}

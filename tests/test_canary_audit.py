@@ -352,9 +352,10 @@ def test_retain_weight_defaults_to_the_papers_npo():
     assert config.resolve(CH, "cpu").retain_weight == 0.0
     assert config.resolve(CH, "cpu").lora_steps == 750
     cfg = config.resolve(CH, "smoke")
-    assert E.side_grid(cfg, 2) == [2, 3]
+    assert E.side_grid(cfg, 1) == [1, 3]
+    assert E.side_grid(cfg.replace(side_steps=[2, 3]), 1) == [1, 3]  # only K the main sweep has
     with pytest.raises(ConfigError, match="'side_steps'"):
-        config.resolve(CH, "smoke", side_steps=[5])
+        config.resolve(CH, "smoke", side_steps=[3, 2])
 
 
 def test_npo_without_retain_term_never_reads_retain_and_differs_from_the_variant():
