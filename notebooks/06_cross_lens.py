@@ -84,6 +84,17 @@ hyp = hyp.rename(
     columns={"text": "hypothesis", "predicted": "predicted", "direction": "direction"}
 )
 display(hyp[["question", "hypothesis", "predicted", "direction"]].rename_axis("key"))
+prereg = ch.preregistration()
+run.record(preregistration=prereg)
+if prereg["commit"]:
+    same = "unchanged since" if prereg["unchanged"] else "CHANGED after"
+    display(
+        Markdown(
+            f"Pre-registered in commit `{prereg['commit']}` on {prereg['date']}; the "
+            f"hypotheses are {same} that commit. This run: "
+            f"{pd.Timestamp.now(tz='UTC').isoformat(timespec='seconds')}."
+        )
+    )
 
 # %% [markdown]
 # ## Question 1: does SDE see through the BatchNorm illusion?
@@ -119,11 +130,17 @@ if cfg.vision:
         vision_wall_s=vis["wall_s"],
     )
     cols = ["BN mode", "Pre-F", "Post-F", "ΔF", "ReAUC", "OTR before", "OTR after"]
-    cols += ["ASR before", "ASR after"]
+    cols += ["SDE before", "SDE after", "ASR before", "ASR after"]
+    shown = table.assign(
+        **{
+            f"SDE {w}": np.where(table[f"OTR {w}"] <= 50, "in training", "out")
+            for w in ("before", "after")
+        }
+    )
     for norm, name in (("bn", "BatchNorm"), ("gn", "GroupNorm control")):
         if norm in table.index.get_level_values(0):
             display(Markdown(f"**{name}** (forget accuracy and OTR in %):"))
-            display(table.loc[norm][cols])
+            display(shown.loc[norm][cols])
     display(
         Markdown(
             f"SDE reads `{cfg.sde_feature}`; subsets of {cfg.sde_size} images, "

@@ -547,8 +547,38 @@ def _tau_diff(key: str, what: str):
 METRIC_KEYS: tuple[str, ...] = (
     "sde_feature", "sde_sizes", "n_forget", "illusion_set", "vision", "vision_wall_s",
     "lm_runs", "lm_audit_method", "audit_k", "k_values", "lm_ref_bits", "lm_wall_s",
-    "tau_vision", "tau_lm", "tau_tests", "n_boot",
+    "tau_vision", "tau_lm", "tau_tests", "n_boot", "preregistration",
 )
+
+
+def preregistration() -> dict:
+    """When the hypotheses were committed, and whether they changed since: from git.
+
+    {"commit", "date" (ISO, UTC) of the commit that added ``data/papers/06_cross_lens.yaml``,
+    "unchanged": the file's ``hypotheses`` now equal those of that commit}; values are None
+    where git or the history is not available (e.g. an exported copy of the book).
+    """
+    import subprocess
+
+    import yaml
+
+    from memlab.results import repo_root
+
+    rel = f"data/papers/{CHAPTER}.yaml"
+    out = {"commit": None, "date": None, "unchanged": None}
+    try:
+        log = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cI", "--", rel], cwd=repo_root(),
+                             capture_output=True, text=True, timeout=10)
+        lines = log.stdout.strip().splitlines()
+        if log.returncode != 0 or not lines:
+            return out
+        commit, date = lines[-1].split(" ", 1)
+        first = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=repo_root(), capture_output=True, text=True,
+                               timeout=10)
+        then = (yaml.safe_load(first.stdout) or {}).get("hypotheses") if first.returncode == 0 else None
+        return {"commit": commit, "date": date, "unchanged": then is not None and then == hypotheses()}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return out
 
 
 def hypotheses() -> dict:
