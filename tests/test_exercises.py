@@ -24,8 +24,15 @@ MASTERS = exercises.masters(REPO)
 # One deliberately wrong answer per chapter: (text of the solution, wrong text, the question
 # that must fail). The others must still score in full: a wrong answer costs only its own points.
 WRONG = {
+    "01_bn_illusion": ("m.momentum = None", "pass", "q1"),  # exponential, not cumulative, average
     "02_sde": ("np.trace(k @ h @ l @ h)", "np.trace(k @ l)", "q1"),  # HSIC without centring
+    "03_canary_audit": ("2.0 / len(logp) * torch.sigmoid", "2.0 * torch.sigmoid", "q4"),  # sum, not mean
+    "04_qskew": ("w / w.mean() * 3", "w * 3", "q2"),  # Q-Skew weights not normalised
+    "05_capacity": ("first, ids = math.log2(lp.shape[1]), ids[1:]", "first, ids = 0.0, ids[1:]",
+                    "q1"),  # token 0 coded for free (caught by a hidden test only)
 }
+# The chapters that reproduce a paper (a chapter judging the book's own hypotheses has none).
+PAPER_CHAPTERS = [c for c, ch in CHAPTERS.items() if not getattr(ch, "hypotheses", False)]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +63,8 @@ def _graded_questions(chapter: str) -> dict[str, float]:
 
 
 def test_every_chapter_has_a_master_with_graded_and_rerun_exercises():
-    assert MASTERS and set(MASTERS) <= set(CHAPTERS), "exercises/<chapter>.py are named after chapters"
+    assert set(PAPER_CHAPTERS) <= set(MASTERS) <= set(CHAPTERS), "one exercises/<chapter>.py per chapter"
+    assert sorted(WRONG) == sorted(MASTERS), "every master has a deliberately wrong answer below"
     for chapter, path in MASTERS.items():
         qs = exercises.questions(exercises.read_master(path))
         auto = [q for q in qs if not q["manual"]]
@@ -99,10 +107,9 @@ def test_a_wrong_answer_fails_the_question_it_should(built, chapter, tmp_path):
 
 
 def _secrets(chapter: str, autograder: Path) -> list[str]:
-    frags = exercises.secret_fragments(exercises.read_master(MASTERS[chapter]))
-    for code in exercises.hidden_test_code(autograder):
-        frags += [l[4:].strip() for l in code.splitlines() if len(l[4:].strip()) >= 12]
-    return frags
+    """Solution lines, sample answers and hidden tests (as written and as otter stored them)."""
+    stored = [l[4:] for code in exercises.hidden_test_code(autograder) for l in code.splitlines()]
+    return exercises.secret_fragments(exercises.read_master(MASTERS[chapter]), extra=stored)
 
 
 def test_student_versions_carry_no_solutions_or_hidden_tests(built):

@@ -116,14 +116,15 @@ def _is_hidden_test(cell) -> bool:
         lines and lines[0].lstrip().startswith("#") and re.search(r"\bhidden\b", lines[0], re.I))
 
 
-def secret_fragments(nb, min_len: int = 12) -> list[str]:
+def secret_fragments(nb, min_len: int = 12, extra: Iterable[str] = ()) -> list[str]:
     """Lines a student must never see: solution code, sample answers, hidden tests.
 
     Solution lines are those between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` comments of
     solution cells and lines ending in ``# SOLUTION``; sample answers are the markdown cells
     of solution blocks; hidden tests are the code of tests with ``hidden: true``. Lines shorter
     than ``min_len`` characters or also present in the public parts of the master (a shared
-    ``return`` line, an import) are left out, so every fragment is specific to a secret.
+    ``return`` line, a call a hint names) are left out, so every fragment is specific to a
+    secret. ``extra``: more secret lines (the hidden tests as otter stored them), filtered alike.
     """
     secret, public = [], set()
     block: list[str] = []
@@ -154,10 +155,12 @@ def secret_fragments(nb, min_len: int = 12) -> list[str]:
             secret.extend(l for l in lines if "TEST CONFIG" not in l and not re.match(r"\s*hidden:", l))
         elif cell["cell_type"] != "raw":
             public.update(l.strip() for l in lines)
+    public_text = "\n".join(public)
     frags = []
-    for line in secret:
+    for line in [*secret, *extra]:
         s = line.strip().lstrip("*").strip()
-        if len(s) >= min_len and s not in public and s not in frags:
+        # A line the prompt itself shows (a hint naming a call) is no secret.
+        if len(s) >= min_len and s not in public_text and s not in frags:
             frags.append(s)
     return frags
 
