@@ -237,3 +237,10 @@ def test_preflight_checks_what_chapters_1_and_3_read():
     require_data("wikitext-2")
     lines = preflight.check(ch.CHAPTER, resolve(ch.CHAPTER, "smoke"), profile="smoke")
     assert any("cifar10" in ln for ln in lines) and any("WikiText-2" in ln for ln in lines)
+
+
+def test_the_hypotheses_are_unchanged_since_their_preregistration_commit():
+    pre = ch.preregistration()
+    if pre["commit"] is None:
+        pytest.skip("no git history here")
+    assert pre["unchanged"], f"data/papers/{ch.CHAPTER}.yaml 'hypotheses' changed after {pre['commit']}"

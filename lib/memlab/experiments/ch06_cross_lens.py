@@ -148,12 +148,17 @@ def nonmember_images(cfg1, forget_classes: list[int], n: int) -> tuple[torch.Ten
 
 def _lens_row(cfg, model, data, nonmem, subsets) -> dict:
     """SDE OTR (%) and MIA ASR of one model on chapter 1's forget class."""
-    f = cfg.sde_feature
     s = data.splits
-    otr = forget_otr(cfg, ch2.model_outputs(model, data.eval_retain_x, f), ch2.model_outputs(model, s.forget_x, f),
-                     ch2.model_outputs(model, data.test_forget_x, f), subsets)
-    p = {k: ch2.model_outputs(model, x, "softmax") for k, x in
-         (("mem", data.eval_retain_x), ("non", nonmem[0]), ("forget", s.forget_x))}
+    images = {"mem": data.eval_retain_x, "forget": s.forget_x, "forget_test": data.test_forget_x, "non": nonmem[0]}
+    logits = {k: ch2.model_outputs(model, x, "logits") for k, x in images.items()}  # one pass per image set
+    if cfg.sde_feature == "logits":
+        feats = logits
+    elif cfg.sde_feature == "softmax":
+        feats = {k: probes.softmax(v) for k, v in logits.items()}
+    else:
+        feats = {k: ch2.model_outputs(model, images[k], cfg.sde_feature) for k in ("mem", "forget", "forget_test")}
+    otr = forget_otr(cfg, feats["mem"], feats["forget"], feats["forget_test"], subsets)
+    p = {k: probes.softmax(logits[k]) for k in ("mem", "non", "forget")}
     asr = probes.confidence_attack_asr(p["mem"], data.eval_retain_y.numpy(), p["non"], nonmem[1].numpy(),
                                        p["forget"], s.forget_y.numpy(), seed=cfg.seed)
     return {"OTR": otr["otr"], "ASR": float(asr), "verdicts": otr["out"]}
