@@ -1,23 +1,25 @@
-"""Benchmark: training throughput of the capacity runs against the machine's dense-matmul FLOP/s.
+"""Benchmark: stacked training of same-shape capacity models against one model at a time.
 
-In one process it (1) measures the dense fp32 matmul rate of this machine
-(square ``--matmul`` x ``--matmul`` products), (2) trains one capacity-sweep
-model (a GPT-2 of ``--model`` on N uniform sequences of the chosen profile's V
-and S) for ``--steps`` steps and counts achieved FLOP/s as 6 x parameters x
-tokens per second, and (3) reports their ratio (model FLOP utilisation) and the
-chapter's recorded wall time per profile (from ``book/results`` and
-``--results`` files, when present).
+In one process, for each model of ``--models`` (chapter 5's V and S of ``--profile``, its
+batch size), it measures training throughput in tokens/s of
 
-    python benchmarks/bench_capacity.py [--profile cpu] [--model 2x16] [--n 256] [--steps 200]
+  * ``one``: one Hugging Face GPT2LMHeadModel at a time (:func:`memlab.models.gpt2_stacked.train_one`),
+  * ``stack1``: the stacked trainer holding one model,
+  * ``stackG``: the stacked trainer holding G models (``--stack``), each on its own data,
 
-Tiny models are dominated by per-step overhead (kernel launches, Python), so a
-low ratio at the cpu profile is expected; the paper profile's models are large
-enough for the ratio to approach the matmul rate on a GPU.
+interleaved over ``--rounds`` rounds (the median is reported, so a load spike on a shared
+machine hits every variant alike), the ratio stackG / one, achieved FLOP/s (6 x params x
+tokens/s) against the machine's dense fp32 matmul rate on the same threads, and, from
+``torch.profiler``, the share of CPU time spent in matmul kernels against everything else
+(elementwise, reductions, indexing, optimizer, autograd bookkeeping): where the CPU bound lies.
+
+    python benchmarks/bench_capacity.py [--profile cpu] [--models 1x16 2x16] [--stack 8] [--steps 60]
 """
+
 from __future__ import annotations
 
 import argparse
-import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -30,86 +32,150 @@ from _record import record  # noqa: E402
 from memlab import config  # noqa: E402
 from memlab.data.synthetic import uniform_tokens  # noqa: E402
 from memlab.models import gpt2_small as g2  # noqa: E402
+from memlab.models import gpt2_stacked as st  # noqa: E402
+
+# matmul and attention kernels (the dense-algebra part); everything else is elementwise, reductions,
+# indexing, the optimizer and autograd bookkeeping
+MATMUL_OPS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::baddbmm",
+    "aten::_scaled_dot_product_flash_attention",
+    "aten::_scaled_dot_product_attention_math",
+    "aten::_flash_attention_forward",
+    "aten::linear",
+    "aten::matmul",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+)
 
 
-def matmul_flops_per_s(n: int, repeats: int, dev: torch.device) -> float:
+def matmul_flops_per_s(n: int, repeats: int) -> float:
     """Dense fp32 (n, n) @ (n, n) rate in FLOP/s (2 n^3 per product), best of ``repeats``."""
-    a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
+    a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b  # warm-up
     best = float("inf")
     for _ in range(repeats):
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
         t0 = time.perf_counter()
         a @ b
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
     return 2.0 * n**3 / best
 
 
-def training_flops_per_s(model_size: str, n: int, vocab: int, seq: int, steps: int, batch: int, lr: float,
-                         precision: str, dev: torch.device) -> tuple[float, int, int, float]:
-    """Achieved training FLOP/s (6 P T / s) of one run; returns (rate, params, tokens, seconds)."""
-    model = g2.build(model_size, vocab, seq, precision, device=dev)
-    data = uniform_tokens(n, seq, vocab)
-    g2.train_until_plateau(model, data, vocab, evaluate=lambda: 0.0, max_steps=5, batch_size=batch, lr=lr,
-                           eval_every=10**9, patience=1, tol=0.0)  # warm-up outside the clock
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+def _variant(kind: str, size: str, G: int, V: int, S: int, batch: int, lr: float, steps: int):
+    """A closure that trains ``steps`` steps of one variant; returns tokens trained (all models together)."""
+    models = [g2.build(size, V, S, seed=g) for g in range(G)]
+    data = [uniform_tokens(4 * batch, S, V, seed=g) for g in range(G)]
+    n_head = g2.parse_size(size).n_head
+
+    def go() -> int:
+        if kind == "one":
+            return st.train_one(
+                models[0], data[0], V, steps=steps, batch_size=batch, lr=lr, warmup=1, seed=0
+            )["tokens"]
+        hist = st.train_stacked(
+            models,
+            data,
+            V,
+            n_head=n_head,
+            steps=steps,
+            batch_size=batch,
+            lr=lr,
+            warmup=1,
+            seeds=list(range(G)),
+        )
+        return hist["tokens"] * G
+
+    return go
+
+
+def _timed(go) -> float:
     t0 = time.perf_counter()
-    hist = g2.train_until_plateau(model, data, vocab, evaluate=lambda: 0.0, max_steps=steps, batch_size=batch,
-                                  lr=lr, eval_every=10**9, patience=1, tol=0.0)
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
-    params = g2.n_params(model)
-    return g2.train_flops(params, hist["tokens"]) / wall, params, hist["tokens"], wall
+    tokens = go()
+    return tokens / (time.perf_counter() - t0)
 
 
-def recorded_wall_times(paths: list[Path]) -> dict[str, float]:
-    """Chapter wall time per profile from results JSON files (provenance.wall_time_s)."""
-    out = {}
-    for p in paths:
-        if p.exists():
-            d = json.loads(p.read_text())
-            out[d["provenance"]["profile"]] = d["provenance"]["wall_time_s"]
-    return out
+def profile_shares(go) -> dict[str, float]:
+    """Share of self CPU time in matmul kernels vs the rest, from torch.profiler over one call of ``go``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        go()
+    total, mm = 0.0, 0.0
+    top = []
+    for e in prof.key_averages():
+        t = e.self_cpu_time_total
+        total += t
+        if e.key in MATMUL_OPS:
+            mm += t
+        top.append((t, e.key))
+    top.sort(reverse=True)
+    return {
+        "matmul_share": mm / total if total else float("nan"),
+        "other_share": 1 - mm / total if total else float("nan"),
+        "top_ops": [f"{k}: {t / total:.1%}" for t, k in top[:8]],
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu", choices=config.PROFILES)
-    ap.add_argument("--model", default=None, help="'LxD' (default: the profile's largest sweep model)")
-    ap.add_argument("--n", type=int, default=None, help="sequences (default: the profile's largest N, capped at 4096)")
-    ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--matmul", type=int, default=1024)
-    ap.add_argument("--results", nargs="*", default=[], help="more results JSON files (e.g. of other profiles)")
+    ap.add_argument("--models", nargs="*", default=["1x16", "2x16"])
+    ap.add_argument("--stack", type=int, default=8, help="models in the stacked variant (G)")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--matmul", type=int, default=512)
     args = ap.parse_args()
     start = time.perf_counter()
-
-    from memlab.experiments.ch05_capacity import convergence_model
-
+    torch.manual_seed(0)
     cfg = config.resolve("05_capacity", args.profile)
-    size = args.model or convergence_model(cfg)
-    n = args.n or min(max(cfg.dataset_sizes), 4096)
-    dev = config.device()
-    peak = matmul_flops_per_s(args.matmul, 5, dev)
-    rate, params, tokens, wall = training_flops_per_s(size, n, cfg.vocab_size, cfg.seq_len, args.steps,
-                                                      cfg.batch_size, cfg.lr, cfg.precision, dev)
-    print(f"device {dev}, torch threads {torch.get_num_threads()}")
-    print(f"dense matmul ({args.matmul}^2, fp32): {peak / 1e9:.2f} GFLOP/s")
-    print(f"training {size} ({params:,} params), V={cfg.vocab_size} S={cfg.seq_len} N={n} "
-          f"batch {cfg.batch_size} {cfg.precision}: {tokens:,} tokens in {wall:.2f} s = {rate / 1e9:.3f} GFLOP/s")
-    print(f"ratio achieved / matmul = {rate / peak:.4f}")
-    root = config.repo_root()
-    times = recorded_wall_times([root / "book" / "results" / "05_capacity.json"] + [Path(p) for p in args.results])
-    for prof, t in times.items():
-        print(f"chapter wall time at profile {prof}: {t:.0f} s")
-    record("capacity", {"config": vars(args) | {"model_resolved": size, "n_resolved": n},
-                        "matmul_flops_per_s": peak, "training_flops_per_s": rate, "params": params,
-                        "tokens": tokens, "training_s": wall, "ratio": rate / peak,
-                        "chapter_wall_s_by_profile": times}, time.perf_counter() - start)
+    V, S, B = cfg.vocab_size, cfg.seq_len, cfg.batch_size
+    peak = matmul_flops_per_s(args.matmul, 5)
+    print(
+        f"torch threads {torch.get_num_threads()}; dense fp32 matmul ({args.matmul}^2): "
+        f"{peak / 1e9:.2f} GFLOP/s"
+    )
+    out = {"config": vars(args) | {"V": V, "S": S, "batch": B}, "matmul_flops_per_s": peak, "models": {}}
+    for size in args.models:
+        sz = g2.parse_size(size)
+        params = g2.count_params(sz.n_layer, sz.n_embd, V + 1, S)
+        variants = {
+            "one": _variant("one", size, 1, V, S, B, cfg.lr, args.steps),
+            "stack1": _variant("stack", size, 1, V, S, B, cfg.lr, args.steps),
+            f"stack{args.stack}": _variant("stack", size, args.stack, V, S, B, cfg.lr, args.steps),
+        }
+        for go in variants.values():  # warm-up outside the clock
+            go()
+        rates = {k: [] for k in variants}
+        for _ in range(args.rounds):  # interleaved, so load drift hits every variant alike
+            for k, go in variants.items():
+                rates[k].append(_timed(go))
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        shares = {k: profile_shares(variants[k]) for k in ("one", f"stack{args.stack}")}
+        row = {
+            "params": params,
+            "tokens_per_s": med,
+            "tokens_per_s_rounds": rates,
+            "ratio_stack_vs_one": med[f"stack{args.stack}"] / med["one"],
+            "achieved_flops_per_s": {k: 6.0 * params * r for k, r in med.items()},
+            "achieved_over_peak": {k: 6.0 * params * r / peak for k, r in med.items()},
+            "profile": shares,
+        }
+        out["models"][size] = row
+        print(f"{size} ({params:,} params), V={V} S={S} batch {B}:")
+        for k, r in med.items():
+            print(
+                f"  {k:8s} {r:12,.0f} tokens/s  {6 * params * r / 1e9:7.3f} GFLOP/s  "
+                f"{6 * params * r / peak:.4f} of matmul peak"
+            )
+        print(f"  stack{args.stack} / one = {row['ratio_stack_vs_one']:.2f}x")
+        for k, sh in shares.items():
+            print(
+                f"  profile {k}: matmul {sh['matmul_share']:.1%}, everything else {sh['other_share']:.1%}; "
+                f"top: {', '.join(sh['top_ops'][:4])}"
+            )
+    record("capacity", out, time.perf_counter() - start)
 
 
 if __name__ == "__main__":

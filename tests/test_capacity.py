@@ -11,6 +11,7 @@ from memlab.config import ConfigError
 from memlab.data.synthetic import uniform_tokens
 from memlab.lm import text_sequences
 from memlab.models import gpt2_small as g2
+from memlab.models import gpt2_stacked as st
 
 
 # ----------------------------------------------------------------------------- code lengths
@@ -184,6 +185,11 @@ def test_greedy_extraction_rate_counts_exact_suffixes():
 def test_first_increase():
     assert cap.first_increase([1, 2, 3, 4], [5, 4, 6, 3]) == 2.0
     assert cap.first_increase([1, 2, 3], [3, 2, 1]) is None
+    # with standard errors a rise must clear z * sqrt(se_i^2 + se_{i-1}^2): 2 > 1.96 * sqrt(2) * 0.7 = 1.94
+    assert cap.first_increase([1, 2, 3, 4], [5, 4, 6, 3], se=[0.7] * 4) == 2.0
+    assert cap.first_increase([1, 2, 3, 4], [5, 4, 6, 3], se=[0.75] * 4) is None
+    with pytest.raises(ValueError, match="se"):
+        cap.first_increase([1, 2], [1, 2], se=[0.1])
 
 
 def test_text_sequences_chunks_and_deduplicates():
@@ -245,3 +251,77 @@ def test_bf16_build_and_training_lowers_code_length():
                                       eval_every=1000, patience=2, tol=0.01)
         assert hist["tokens"] == 60 * 4 * S
         assert cap.sequence_code_lengths(model, x, V).sum() < before - 10  # memorised > 10 bits
+
+
+# ----------------------------------------------------------------------------- stacked training
+
+def _models(size, V, S, n, dtype=torch.float32):
+    return [g2.build(size, V, S, seed=i).to(dtype) for i in range(n)]
+
+
+@pytest.mark.parametrize("size", ["1x8", "2x16"])
+def test_stacked_forward_equals_each_hf_model(size):
+    V, S = 11, 7
+    models = _models(size, V, S, 3)
+    x = torch.stack([uniform_tokens(5, S, V, seed=g) for g in range(3)])
+    got = st.token_log_probs(st.stack(models), x, V, g2.parse_size(size).n_head)
+    for g, m in enumerate(models):
+        torch.testing.assert_close(got[g], cap.token_log_probs(m, x[g], V), atol=1e-6, rtol=0)
+    bits = st.code_lengths(st.stack(models), 1, x[1], V, g2.parse_size(size).n_head)
+    np.testing.assert_allclose(bits, cap.sequence_code_lengths(models[1], x[1], V), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype, steps, lr, tol", [(torch.float32, 5, 1e-3, 1e-5), (torch.float64, 20, 1e-2, 1e-7)])
+def test_stacked_training_equals_training_one_model_at_a_time(dtype, steps, lr, tol):
+    # three same-shape models, each with its own data set (sizes 5, 12, 30: some below the batch), its own
+    # batch order and Adam state, trained as one stack and one at a time through the HF forward
+    V, S, size = 8, 6, "2x8"
+    data = [uniform_tokens(n, S, V, seed=i) for i, n in enumerate([5, 12, 30])]
+    stacked, alone = _models(size, V, S, 3, dtype), _models(size, V, S, 3, dtype)
+    hist = st.train_stacked(stacked, data, V, n_head=1, steps=steps, batch_size=8, lr=lr, warmup=2,
+                            seeds=[0, 1, 2], evaluate_at=[0, steps], evaluate=lambda p: [0.0] * 3)
+    for g in range(3):
+        st.train_one(alone[g], data[g], V, steps=steps, batch_size=8, lr=lr, warmup=2, seed=g)
+    for a, b in zip(stacked, alone):
+        for (name, pa), pb in zip(a.named_parameters(), b.parameters()):
+            assert (pa - pb).abs().max().item() <= tol, name
+        assert any((pa - pi).abs().max() > 1e-4 for pa, pi in zip(a.parameters(), _models(size, V, S, 1, dtype)[0]
+                                                                  .parameters()))  # and they did train
+    assert hist["step"] == [0, steps] and hist["tokens"] == steps * 8 * S
+
+
+def test_per_model_clipping_is_each_models_own_norm():
+    a = torch.zeros(2, 3, requires_grad=True)
+    b = torch.zeros(2, 4, requires_grad=True)
+    a.grad = torch.tensor([[3.0, 0, 0], [0.1, 0, 0]])
+    b.grad = torch.tensor([[4.0, 0, 0, 0], [0, 0, 0, 0]])
+    st._clip_per_model([a, b], 1.0)
+    # model 0: norm 5 -> scaled by 1/5; model 1: norm 0.1 < 1 -> unchanged
+    torch.testing.assert_close(a.grad, torch.tensor([[0.6, 0, 0], [0.1, 0, 0]]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(b.grad[0], torch.tensor([0.8, 0, 0, 0]), atol=1e-6, rtol=0)
+
+
+def test_batch_stream_covers_every_sequence_each_epoch():
+    s = st.BatchStream(5, 3, seed=0)
+    seen = torch.cat([s.next() for _ in range(5)])  # 15 indices = 3 epochs
+    assert sorted(seen.tolist()) == sorted(list(range(5)) * 3)
+    assert len(st.BatchStream(2, 7, seed=0).next()) == 7  # a batch larger than N holds repeats
+    with pytest.raises(ValueError, match="batch_size"):
+        st.BatchStream(0, 3, seed=0)
+
+
+def test_cosine_schedule_warms_up_and_ends_at_zero():
+    f = st.cosine_lambda(100, 10)
+    assert f(0) == pytest.approx(0.1) and f(9) == pytest.approx(1.0) and f(10) == pytest.approx(1.0)
+    assert f(55) == pytest.approx(0.5) and f(100) == pytest.approx(0.0, abs=1e-12)
+    assert st.checkpoints(100, 4) == [0, 25, 50, 75, 100]
+    with pytest.raises(ValueError, match="steps"):
+        st.cosine_lambda(0, 1)
+
+
+def test_stacking_refuses_models_of_different_shapes():
+    with pytest.raises(ValueError, match="same-shape"):
+        st.stack([g2.build("1x8", 8, 6), g2.build("1x12", 8, 6)])
+    with pytest.raises(ValueError, match="datasets"):
+        st.train_stacked(_models("1x8", 8, 6, 2), [uniform_tokens(4, 6, 8)], 8, n_head=1, steps=1, batch_size=2,
+                         lr=1e-3, warmup=0, seeds=[0, 1])

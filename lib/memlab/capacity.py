@@ -325,14 +325,19 @@ def greedy_extraction_rate(model, tokens: torch.Tensor, vocab_size: int, prefix_
     return hits / len(tokens)
 
 
-def first_increase(x, y) -> float | None:
+def first_increase(x, y, se=None, z: float = 1.96) -> float | None:
     """The x at which y first rises after having fallen (the start of a second ascent).
 
-    x: (M,) increasing; y: (M,) e.g. test loss. Returns the x of the last point
-    before the first rise, or None when y never rises (no double descent seen).
+    x: (M,) increasing; y: (M,) e.g. test loss; se: optional (M,) standard errors
+    of y, in which case a rise counts only when it exceeds z * sqrt(se_i^2 + se_{i-1}^2).
+    Returns the x of the last point before the first rise, or None when y never
+    rises (no double descent seen).
     """
     y = np.asarray(y, dtype=float)
+    e = np.zeros_like(y) if se is None else np.asarray(se, dtype=float)
+    if e.shape != y.shape:
+        raise ValueError(f"parameter 'se': must have the shape of y {y.shape} (got {e.shape})")
     for i in range(1, len(y)):
-        if y[i] > y[i - 1]:
+        if y[i] - y[i - 1] > z * math.hypot(e[i], e[i - 1]):
             return float(np.asarray(x, dtype=float)[i - 1])
     return None
