@@ -369,7 +369,7 @@ if path.exists():
     res = json.loads(path.read_text())
     print("forget class", res["params"].get("forget_class"))
     for claim in res["claims"]:
-        print("   ", claim.get("verdict"), "-", str(claim.get("text", ""))[:80])
+        print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 else:
     print(f"{path}: not there yet (run the command above)")
 

@@ -320,7 +320,7 @@ for run_dir in ("/tmp/ex02", "/tmp/ex02-logits"):
     res = json.loads(path.read_text())
     print(run_dir, "feature:", res["params"].get("feature"), "F1:", res["metrics"].get("f1"))
     for claim in res["claims"]:
-        print("   ", claim.get("verdict"), "-", str(claim.get("text", ""))[:80])
+        print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 
 # %% [raw]
 # # BEGIN SOLUTION

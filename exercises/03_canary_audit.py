@@ -383,7 +383,7 @@ for run_dir in ("/tmp/ex03", "/tmp/ex03-beta1"):
     res = json.loads(path.read_text())
     print(run_dir, "beta", res["params"].get("beta"))
     for claim in res["claims"]:
-        print("   ", claim.get("verdict"), "-", str(claim.get("text", ""))[:80])
+        print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 
 # %% [raw]
 # # BEGIN SOLUTION

@@ -291,7 +291,7 @@ for run_dir in ("/tmp/ex04", "/tmp/ex04-rho"):
     res = json.loads(path.read_text())
     print(run_dir, {k: res["params"].get(k) for k in ("rho", "h")})
     for claim in res["claims"]:
-        print("   ", claim.get("verdict"), "-", str(claim.get("text", ""))[:80])
+        print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 
 # %% [raw]
 # # BEGIN SOLUTION

@@ -297,7 +297,7 @@ for run_dir in ("/tmp/ex05-s0", "/tmp/ex05-s1"):
     res = json.loads(path.read_text())
     print(run_dir, "seed", res["params"].get("seed"), "alpha", res["metrics"].get("alpha"))
     for claim in res["claims"]:
-        print("   ", claim.get("verdict"), "-", str(claim.get("text", ""))[:80])
+        print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 
 # %% [raw]
 # # BEGIN SOLUTION

@@ -161,3 +161,13 @@ def test_reader_surfaces_of_smoke_book(built_book, smoke_project):
     chapters = [c for c in RUNNABLE if outcomes[c] is None]
     problems = check_book_surfaces(html, root / "book", chapters, artifacts_dir("smoke-book"))
     assert not problems, "\n".join(problems)
+
+
+def test_rendered_exercises_are_student_versions(built_book):
+    """The book's exercise pages show every chapter's exercises but no solution line, sample
+    answer or hidden test of any master (memlab.exercises.rendered_leaks; tests/test_exercises.py)."""
+    from memlab import exercises
+
+    html, _ = built_book
+    problems = exercises.rendered_leaks(html, REPO)
+    assert not problems, "\n".join(problems)

@@ -83,7 +83,8 @@ def test_autograder_gives_the_master_full_marks_and_the_stub_none(built, chapter
     graded = _graded_questions(chapter)
     t0 = time.perf_counter()
     solved = exercises.grade_one(paths["solved"], paths["autograder"])
-    stub = exercises.grade_one(paths["student"], paths["autograder"])
+    # debug: a cell that raises fails the test (the student notebook must run top to bottom).
+    stub = exercises.grade_one(paths["student"], paths["autograder"], debug=True)
     print(f"{chapter}: graded master and stub in {time.perf_counter() - t0:.1f} s")
     assert solved["error"] is None and stub["error"] is None, (solved["error"], stub["error"])
     assert set(solved["questions"]) == set(graded), "the autograder grades exactly the autograded questions"
@@ -159,3 +160,38 @@ def test_bad_requests_fail_in_one_line_before_any_work(tmp_path, capsys):
     assert "nothing.ipynb" in capsys.readouterr().err
     with pytest.raises(exercises.ExerciseError, match="student id"):
         exercises.variant_values("bad id!", ["SEED"])
+
+
+def test_rendered_leak_check_finds_a_shown_solution(tmp_path):
+    """rendered_leaks (run on the smoke book by tests/test_chapters.py) is not vacuous: it finds a
+    solution line shown as highlighted code, and a page without its exercises."""
+    pages = tmp_path / "html" / "book" / "exercises"
+    pages.mkdir(parents=True)
+    for chapter, src in MASTERS.items():
+        nb = exercises.read_master(src)
+        title = next(l[2:] for c in nb.cells if c.cell_type == "markdown"
+                     for l in c.source.splitlines() if l.startswith("# "))
+        (pages / f"{chapter}.html").write_text(f"<h1>{title.replace('(', '&#40;')}</h1>")
+    assert exercises.rendered_leaks(tmp_path / "html", REPO) == []
+    (pages / "02_sde.html").write_text(
+        "<h1>Exercises: split-half dependence &#40;Chapter 2&#41;</h1><pre><span class='k'>return</span> "
+        "<span class='nb'>float</span>(np.trace(k <span class='o'>@</span> h @ l @ h) / (n - 1) ** 2)</pre>")
+    (pages / "04_qskew.html").unlink()
+    problems = exercises.rendered_leaks(tmp_path / "html", REPO)
+    assert any("02_sde.html shows a secret" in p and "np.trace(k @ h @ l @ h)" in p for p in problems)
+    assert any("04_qskew: no exercise page" in p for p in problems)
+
+
+def test_book_exercise_pages_in_markdown_carry_no_secrets():
+    """book/exercises.md and book/instructor.md name every exercise but show no master's secrets."""
+    page = (REPO / "book" / "exercises.md").read_text()
+    guide = (REPO / "book" / "instructor.md").read_text()
+    for chapter, src in MASTERS.items():
+        nb = exercises.read_master(src)
+        assert f"(exercises-{chapter.replace('_', '-')})=" in page, f"{chapter}: no anchor on the page"
+        assert f"{{doc}}`exercises/{chapter}`" in page
+        n = int(chapter[:2])
+        for q in range(1, len(exercises.questions(nb)) + 1):
+            assert f"| {n}.{q} |" in page, f"exercise {n}.{q} missing from book/exercises.md"
+        leaked = [f for f in exercises.secret_fragments(nb) if f in page or f in guide]
+        assert not leaked, f"{chapter}: {leaked[:2]}"

@@ -116,7 +116,7 @@ def _is_hidden_test(cell) -> bool:
         lines and lines[0].lstrip().startswith("#") and re.search(r"\bhidden\b", lines[0], re.I))
 
 
-def secret_fragments(nb, min_len: int = 12, extra: Iterable[str] = ()) -> list[str]:
+def secret_fragments(nb, min_len: int = 12, extra: Iterable[str] = (), public: str = "") -> list[str]:
     """Lines a student must never see: solution code, sample answers, hidden tests.
 
     Solution lines are those between ``# BEGIN SOLUTION`` and ``# END SOLUTION`` comments of
@@ -124,8 +124,27 @@ def secret_fragments(nb, min_len: int = 12, extra: Iterable[str] = ()) -> list[s
     of solution blocks; hidden tests are the code of tests with ``hidden: true``. Lines shorter
     than ``min_len`` characters or also present in the public parts of the master (a shared
     ``return`` line, a call a hint names) are left out, so every fragment is specific to a
-    secret. ``extra``: more secret lines (the hidden tests as otter stored them), filtered alike.
+    secret. ``extra``: more secret lines (the hidden tests as otter stored them), filtered alike;
+    ``public``: more public text (other masters' prompts, for a search across a whole book).
     """
+    secret, shown = _secret_and_public(nb)
+    public_text = "\n".join(shown) + "\n" + public
+    frags = []
+    for line in [*secret, *extra]:
+        s = line.strip().lstrip("*").strip()
+        # A line the prompt itself shows (a hint naming a call) is no secret.
+        if len(s) >= min_len and s not in public_text and s not in frags:
+            frags.append(s)
+    return frags
+
+
+def public_text(nb) -> str:
+    """Every line of the master that the student version shows (prompts, setup, public tests)."""
+    return "\n".join(_secret_and_public(nb)[1])
+
+
+def _secret_and_public(nb) -> tuple[list[str], set[str]]:
+    """The master's secret lines (solutions, sample answers, hidden tests) and public lines."""
     secret, public = [], set()
     block: list[str] = []
     for cell in nb.cells:
@@ -155,14 +174,7 @@ def secret_fragments(nb, min_len: int = 12, extra: Iterable[str] = ()) -> list[s
             secret.extend(l for l in lines if "TEST CONFIG" not in l and not re.match(r"\s*hidden:", l))
         elif cell["cell_type"] != "raw":
             public.update(l.strip() for l in lines)
-    public_text = "\n".join(public)
-    frags = []
-    for line in [*secret, *extra]:
-        s = line.strip().lstrip("*").strip()
-        # A line the prompt itself shows (a hint naming a call) is no secret.
-        if len(s) >= min_len and s not in public_text and s not in frags:
-            frags.append(s)
-    return frags
+    return secret, public
 
 
 # ----------------------------------------------------------------------------- build
@@ -243,6 +255,51 @@ def hidden_test_code(autograder_zip: Path) -> list[str]:
     return codes
 
 
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
+                         "\u2014": "-"})
+
+
+def _plain(text: str) -> str:
+    """Text with markup symbols dropped, typographic quotes undone, whitespace collapsed."""
+    return " ".join(re.sub(r"[`*$_\\]", "", text.translate(_QUOTES)).split())
+
+
+def rendered_leaks(html_root: Path, root: Path | None = None) -> list[str]:
+    """Problems of a rendered book: a master's secret shown on any page, an exercise page missing.
+
+    html_root: the ``_build/html`` folder of a book build. Every page's text (tags dropped,
+    entities decoded) is searched for every :func:`secret_fragments` line of every master;
+    each chapter's page ``book/exercises/<chapter>.html`` must exist and show the master's
+    title (so an empty page cannot pass). Returns one line per problem; [] is a clean book.
+    """
+    import html as html_mod
+
+    html_root = Path(html_root)
+    # Tags dropped without a space: highlighted code is one span per token, with the
+    # whitespace between tokens kept as text.
+    pages = {p: _plain(html_mod.unescape(re.sub(r"<[^>]+>", "", re.sub(
+        r"<(script|style)\b.*?</\1>", " ", p.read_text(encoding="utf-8"), flags=re.S))))
+        for p in html_root.rglob("*.html")}
+    problems = []
+    books = {chapter: read_master(src) for chapter, src in masters(root).items()}
+    # A line one master shows publicly (a shared `with torch.no_grad():`) is no leak of another's.
+    shown = "\n".join(public_text(nb) for nb in books.values())
+    for chapter, nb in books.items():
+        page = html_root / "book" / "exercises" / f"{chapter}.html"
+        title = next((l.lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown"
+                      for l in _cell_lines(c) if l.startswith("# ")), chapter)
+        if page not in pages:
+            problems.append(f"{chapter}: no exercise page {page.relative_to(html_root)}")
+        elif _plain(title) not in pages[page]:
+            problems.append(f"{chapter}: {page.name} does not show {title!r}")
+        for frag in secret_fragments(nb, public=shown):
+            f = _plain(frag)
+            for p, text in pages.items():
+                if len(f) >= 12 and f in text:
+                    problems.append(f"{chapter}: {p.relative_to(html_root)} shows a secret: {frag!r}")
+    return problems
+
+
 # ----------------------------------------------------------------------------- variants
 
 def variant_values(student_id: str, names: Iterable[str]) -> dict[str, int]:
@@ -302,8 +359,11 @@ def chapter_of(submission: Path) -> str:
     return meta.get("otter", {}).get("assignment_name") or Path(submission).stem
 
 
-def grade_one(submission: Path, autograder: Path) -> dict:
+def grade_one(submission: Path, autograder: Path, debug: bool = False) -> dict:
     """Grade one notebook with otter's local runner (no Docker; the current environment runs it).
+
+    debug: raise an ExerciseError when a cell of the submission raises (otter otherwise
+    ignores cell errors and grades what ran); used to prove student notebooks run clean.
 
     Returns {"submission", "assignment", "score", "possible", "percent", "questions": {q: {score,
     possible}}, "error"}; ``error`` is the otter error that stopped grading, else None.
@@ -317,7 +377,12 @@ def grade_one(submission: Path, autograder: Path) -> dict:
     sink = io.StringIO()
     with redirect_stdout(sink), redirect_stderr(sink), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # otter's own pandas deprecations, not the student's
-        res = grade_submission(str(submission), str(autograder), quiet=True)
+        try:
+            res = grade_submission(str(submission), str(autograder), quiet=True, debug=debug)
+        except Exception as e:
+            if not debug:
+                raise
+            raise ExerciseError(f"{submission}: a cell raised while grading: {str(e)[-1500:]}") from e
     err = res.catastrophic_error
     return {"submission": str(submission), "assignment": chapter_of(submission),
             "score": float(res.total), "possible": float(res.possible), "percent": float(res.percent),
