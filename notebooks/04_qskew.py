@@ -215,7 +215,9 @@ for d, t in ours_dft.items():
 from scipy.stats import skew as _skew
 
 delta_rows = {}
-shown = [d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None]
+shown = [
+    d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None
+]
 if shown:
     # One row per domain setting. Left: pooled Delta of members vs non-members;
     # right: Q-Skew score histograms.
@@ -253,10 +255,13 @@ if shown:
             }
         ).T
     _ = plotting.publish(fig, "deltas", CH)
-    run.record(delta_stats={d: t.to_dict(orient="index") for d, t in delta_rows.items()})
+    run.record(
+        delta_stats={d: t.to_dict(orient="index") for d, t in delta_rows.items()}
+    )
     for d, t in delta_rows.items():
         m_, n_ = t.loc["members"], t.loc["non-members"]
-        skewed = m_["Q-Skew (pooled)"] > 0 and m_["Q-Skew (pooled)"] > n_["Q-Skew (pooled)"]
+        mq, nq = m_["Q-Skew (pooled)"], n_["Q-Skew (pooled)"]
+        skewed = mq > 0 and mq > nq
         display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
         display(t.round(3))
         display(
@@ -290,7 +295,9 @@ ift = ch.instruction_experiment(setup)
 ours_ift = ch.table2(ift)
 run.record(instruction=ours_ift.to_dict(orient="index"))
 ch.na_cells(
-    paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS), n_non, min_fp
+    paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS),
+    n_non,
+    min_fp,
 )
 
 # %% [markdown]
@@ -346,7 +353,9 @@ for d, sweep in sweeps.items():
 # %%
 t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
 if any(t4.values()):
-    run.record(table4_base={d: t["base"].to_dict(orient="index") for d, t in t4.items() if t})
+    run.record(
+        table4_base={d: t["base"].to_dict(orient="index") for d, t in t4.items() if t}
+    )
     first = next(t for t in t4.values() if t)
     run.record(table4_instruct=first["instruct"].to_dict(orient="index"))
     for side in ("base", "instruct"):
@@ -387,7 +396,9 @@ if ours_abl:
         display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
         display(
             ch.na_cells(
-                paper.side_by_side(t, paper.table(CH, "table5"), ch.METRICS), n_non, min_fp
+                paper.side_by_side(t, paper.table(CH, "table5"), ch.METRICS),
+                n_non,
+                min_fp,
             )
         )
 
@@ -458,8 +469,9 @@ display(pii["examples"])
 _o, _n = pii["oracle"], pii["n"]
 display(
     Markdown(
-        f"The true PII is among the unique candidates for {_o['phone']}/{_n} phone numbers and"
-        f" {_o['email']}/{_n} e-mail addresses ({cfg.pii_candidates} denoising runs each,"
+        f"The true PII is among the unique candidates for {_o['phone']}/{_n} phone"
+        f" numbers and {_o['email']}/{_n} e-mail addresses ({cfg.pii_candidates}"
+        " denoising runs each,"
         f" after {cfg.pii_epochs} fine-tuning epochs): the ceiling of every ranking."
     )
 )
@@ -504,7 +516,8 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
     )
     display(
         Markdown(
-            f"**Summary of this run (profile `{cfg.profile}`).** Q-Skew reaches an AUC of "
+            f"**Summary of this run (profile `{cfg.profile}`).**"
+            " Q-Skew reaches an AUC of "
             + "; ".join(parts)
             + ". The paper reports 80.3% (WikiText) and 81.4% (Alpaca) on LLaDA-8B. "
             + ", ".join(f"{n} claims {v}" for v, n in tally.items() if n)
@@ -513,11 +526,10 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
     )
 
 # %% [markdown]
-# The verdicts are computed from this run's numbers. The rendered book shows the `cpu` profile: a
-# transformer of well under a million parameters, pre-trained for a few hundred steps and fine-tuned on
-# a few dozen WikiText-2 blocks, not the paper's 8B models. A "not reproduced" here says that the
-# effect does not show at this scale; it is not a refutation of the paper, and the `paper` profile runs
-# the same code on LLaDA.
+# The verdicts are computed from this run's numbers, on a transformer of under a million
+# parameters, not the paper's 8B models; the `paper` profile runs the same code on LLaDA. Unlike
+# the earlier version of this chapter, the base model here reads context (the regime table), so a
+# verdict is about the method in a regime the paper's mechanism can act in, at a small scale.
 
 # %% tags=["remove-input"]
 from myst_nb import glue
@@ -529,21 +541,58 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # %% [markdown]
 # ## What this means
 #
-# At the profile of this page, {glue:}`04_qskew-n-reproduced` reproduced, {glue:}`04_qskew-n-not-reproduced` did
-# not and {glue:}`04_qskew-n-not-run` were not run. The reading below is of the `cpu` run that
-# this book publishes.
-#
-# **What held.** The mechanism's first step: a masked token gains more per training step at a lower mask
-# ratio ({numref}`fig-04-asymmetry`).
-#
-# **What did not.** Almost everything built on it. On our tiny diffusion LM, Q-Skew stays near chance
-# while a loss-calibration baseline separates members well, under domain and instruction fine-tuning
-# alike and at every epoch count ({numref}`fig-04-epochs`); members' per-token differences are at most
-# barely more right-skewed than non-members' ({numref}`fig-04-deltas`; the claims table gives the pooled
-# values, which sit close to zero on both sides); replacing skewness by the mean helps; and no score
-# recovers any PII. The reasons in the table agree: the token-level skew the method reads does not form in a model of
-# well under a million parameters fine-tuned on a few dozen blocks.
-#
-# **What to take from it.** At this scale the chapter tests that the code runs the paper's pipeline, not
-# the paper's claim; it is no refutation. On tiny models a plain calibrated loss is a strong membership
-# signal. The fair test is the `paper` profile on LLaDA, which runs the same code.
+# At the profile of this page, {glue:}`04_qskew-n-reproduced` claims reproduced,
+# {glue:}`04_qskew-n-not-reproduced` did not, {glue:}`04_qskew-n-not-judged` could not be judged
+# (a failed precondition or a margin inside its noise band) and {glue:}`04_qskew-n-not-run` were
+# not run. The summary below is built from this run's verdicts and numbers.
+
+# %% tags=["remove-input"]
+by_verdict = {}
+for d in verdicts:
+    by_verdict.setdefault(d["verdict"], []).append(d)
+heads = {
+    paper.REPRODUCED: "What held",
+    paper.NOT_REPRODUCED: "What did not",
+    paper.NOT_JUDGED: "What this run cannot decide",
+}
+lines = []
+for v, head in heads.items():
+    if by_verdict.get(v):
+        items = "; ".join(
+            d["claim"][0].lower() + d["claim"][1:] + f" ({d['evidence']})"
+            for d in by_verdict[v]
+        )
+        lines.append(f"**{head}.** {items}.")
+reg = run.metrics["regime"]["same"]
+lines.append(
+    f"**The regime.** The base's masked NLL on its own domain is"
+    f" {reg['base masked NLL']:.2f} nats against {reg['unigram NLL']:.2f} for a unigram"
+    f" model ({reg['context gain']:.2f} nats of context used)."
+)
+if len(ours_dft) > 1:
+    cal = {
+        d: t.loc["Calibration", "AUC"]
+        for d, t in ours_dft.items()
+        if "Calibration" in t.index
+    }
+    qs_ = {d: t.loc["Q-Skew", "AUC"] for d, t in ours_dft.items() if "Q-Skew" in t.index}
+    if cal and qs_:
+        lines.append(
+            "**Same domain against domain gap.** Calibration: "
+            + ", ".join(f"{d} {a:.1f}" for d, a in cal.items())
+            + "; Q-Skew: "
+            + ", ".join(f"{d} {a:.1f}" for d, a in qs_.items())
+            + " (AUC, %). The paper explains Calibration's weakness on LLaDA by the"
+            " noise that adapting to a new domain adds to every sequence's loss"
+            " difference; the domain-gap setting is where that explanation can be"
+            " tested here."
+        )
+display(Markdown("\n\n".join(lines)))
+
+# %% [markdown]
+# **Cost.** At `cpu`, pre-training the base (4000 batches) and its instruct variant is the cold
+# cost: 1535 s of wall time on our shared two-core machine (load average about 16 while it ran),
+# once, cached. The fine-tuned models are cached too; a warm run only scores. This run's wall time:
+
+# %% tags=["remove-input"]
+display(Markdown(f"{run.elapsed():.0f} s for this run (see the provenance box)."))
