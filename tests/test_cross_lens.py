@@ -244,3 +244,21 @@ def test_the_hypotheses_are_unchanged_since_their_preregistration_commit():
     if pre["commit"] is None:
         pytest.skip("no git history here")
     assert pre["unchanged"], f"data/papers/{ch.CHAPTER}.yaml 'hypotheses' changed after {pre['commit']}"
+
+
+def test_published_gaps_compare_with_the_other_chapters_pages(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setenv("MEMLAB_OUTPUT_DIR", str(tmp_path))
+    (tmp_path / "results").mkdir()
+    sweep = {"K0": {"auto": {"out_acc": {"mean": 1.0}, "thk_leak": {"mean": 1.0}}},
+             "K10": {"auto": {"out_acc": {"mean": 0.5}, "thk_leak": {"mean": 0.9}}}}
+    (tmp_path / "results" / "03_canary_audit.json").write_text(
+        json.dumps({"profile": "cpu", "metrics": {"ksweep": {"s0": sweep}}}))
+    runs = {"NPO": {0: {"out_acc": 1.0, "thk_leak": 1.0}, 10: {"out_acc": 0.4, "thk_leak": 0.9}}}
+    table = pd.DataFrame({"norm": ["bn"], "method": ["GA"], "Pre-F": [1.0], "Post-F": [2.0]}).set_index(
+        ["norm", "method"])
+    gaps = ch.published_gaps("cpu", table, runs, 0)
+    assert gaps["03_canary_audit"] == pytest.approx(0.1)
+    assert "not published" in gaps["01_bn_illusion"]
+    assert "not published" in ch.published_gaps("smoke", None, runs, 0)["03_canary_audit"]

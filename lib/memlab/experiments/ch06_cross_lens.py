@@ -328,6 +328,37 @@ def lm_frame(runs: dict) -> pd.DataFrame:
                          "bits": r["bits_total"], **{f"AUC {s}": v for s, v in r["auc"].items()}})
     return pd.DataFrame(rows).set_index("run")
 
+# ----------------------------------------------------------------------------- same models as the chapters
+
+
+def published_gaps(profile: str, table: pd.DataFrame | None, runs: dict | None, seed3: int) -> dict:
+    """How far this page's numbers are from chapters 1 and 3's published pages (same models, same code).
+
+    Compares Pre-F/Post-F of the BatchNorm models with chapter 1's ``table1`` and out acc / thk leak
+    of the NPO sweep with chapter 3's ``ksweep`` of seed ``seed3``, where those chapters were published
+    at ``profile`` beside this page. Returns {"01_bn_illusion": max |difference| or a note, "03_...": ...}.
+    """
+    from memlab.results import load_results
+
+    out: dict = {}
+    r1, r3 = load_results(ch1.CHAPTER), load_results(ch3.CHAPTER)
+    if table is not None:
+        if r1 is None or r1.get("profile") != profile or "table1" not in r1.get("metrics", {}):
+            out[ch1.CHAPTER] = f"not published at profile {profile} beside this page"
+        else:
+            t1, bn_rows = r1["metrics"]["table1"], table.loc["bn"]
+            d = [abs(bn_rows.loc[m, c] - t1[m][c]) for m in bn_rows.index if m in t1 for c in ("Pre-F", "Post-F")]
+            out[ch1.CHAPTER] = float(max(d)) if d else "no shared method"
+    if runs is not None and "NPO" in runs:
+        sweep = (r3 or {}).get("metrics", {}).get("ksweep", {}).get(f"s{seed3}")
+        if r3 is None or r3.get("profile") != profile or not sweep:
+            out[ch3.CHAPTER] = f"not published at profile {profile} beside this page"
+        else:
+            d = [abs(r[key] - sweep[f"K{k}"]["auto"][name]["mean"]) for k, r in runs["NPO"].items()
+                 if f"K{k}" in sweep for key, name in (("out_acc", "out_acc"), ("thk_leak", "thk_leak"))]
+            out[ch3.CHAPTER] = float(max(d)) if d else "no shared K"
+    return out
+
 # ----------------------------------------------------------------------------- agreement
 
 
@@ -552,7 +583,7 @@ def _tau_diff(key: str, what: str):
 METRIC_KEYS: tuple[str, ...] = (
     "sde_feature", "sde_sizes", "n_forget", "illusion_set", "vision", "vision_wall_s",
     "lm_runs", "lm_audit_method", "audit_k", "k_values", "lm_ref_bits", "lm_wall_s",
-    "tau_vision", "tau_lm", "tau_tests", "n_boot", "preregistration",
+    "tau_vision", "tau_lm", "tau_tests", "n_boot", "preregistration", "published_gaps",
 )
 
 
