@@ -83,7 +83,8 @@ for step in range(60):
 net.eval()
 toy_forget = FORGET_CLASS % 3  # the toy data has three classes
 retain_images = x_train[y_train != toy_forget]
-print("trained; test accuracy", metrics.accuracy(net(x_test).argmax(1).numpy(), y_test.numpy()))
+test_acc = metrics.accuracy(net(x_test).argmax(1).numpy(), y_test.numpy())
+print("trained; test accuracy", test_acc)
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -111,10 +112,11 @@ print("trained; test accuracy", metrics.accuracy(net(x_test).argmax(1).numpy(), 
 
 # %%
 def recalibrate_by_hand(model, images, batch_size=128):
-    """A copy of model whose BN running statistics are re-estimated on images (N, C, H, W)."""
+    """A copy of model, BN running statistics re-estimated on images (N, C, H, W)."""
     # BEGIN SOLUTION
     out = copy.deepcopy(model)
-    layers = [m for m in out.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    bn_type = nn.modules.batchnorm._BatchNorm
+    layers = [m for m in out.modules() if isinstance(m, bn_type)]
     momenta = [m.momentum for m in layers]
     for m in layers:
         m.reset_running_stats()
@@ -135,8 +137,8 @@ def recalibrate_by_hand(model, images, batch_size=128):
 # %%
 mine = recalibrate_by_hand(net, retain_images, 64)
 ref = bn.recalibrate(net, retain_images, 64)
-print("running means (mine, memlab):", bn.running_stats(mine)["1"][0][:3] if mine else None,
-      bn.running_stats(ref)["1"][0][:3])
+print("running means, mine:", bn.running_stats(mine)["1"][0][:3] if mine else None)
+print("running means, memlab:", bn.running_stats(ref)["1"][0][:3])
 
 # %% [raw]
 # # BEGIN TESTS
@@ -160,7 +162,8 @@ for _k, (_mu, _var) in bn.running_stats(_r).items():
     assert torch.allclose(bn.running_stats(_m)[_k][1], _var, atol=1e-6)
 assert bn.weights_equal(_m, net)
 assert all(torch.equal(_before[_k][0], bn.running_stats(net)[_k][0]) for _k in _before)
-assert [l.momentum for _, l in bn.bn_layers(_m)] == [l.momentum for _, l in bn.bn_layers(net)]
+_momenta = [l.momentum for _, l in bn.bn_layers(net)]
+assert [l.momentum for _, l in bn.bn_layers(_m)] == _momenta
 
 # %% [raw]
 # # END TESTS
@@ -195,7 +198,8 @@ def misalignment_by_hand(model, reference):
     out = {}
     for name, m in bn.bn_layers(model):
         r = ref[name]
-        gap = (m.running_mean - r.running_mean).abs() / torch.sqrt(r.running_var + r.eps)
+        gap = (m.running_mean - r.running_mean).abs()
+        gap = gap / torch.sqrt(r.running_var + r.eps)
         out[name] = float(gap.mean())
     return out
     # END SOLUTION
@@ -205,7 +209,8 @@ def misalignment_by_hand(model, reference):
 # # END SOLUTION
 
 # %%
-print("by hand:", misalignment_by_hand(net, ref), " memlab:", bn.mean_misalignment(net, ref))
+print("by hand:", misalignment_by_hand(net, ref))
+print("memlab: ", bn.mean_misalignment(net, ref))
 
 # %% [raw]
 # # BEGIN TESTS
@@ -268,7 +273,7 @@ x_forget, y_forget = x_test[y_test == toy_forget], y_test[y_test == toy_forget]
 
 # %%
 def forward_pass(model, images, mode):
-    """A copy of model after no-grad forward passes over images in train or eval mode."""
+    """A copy of model after no-grad forward passes over images (train or eval mode)."""
     # BEGIN SOLUTION
     out = copy.deepcopy(model)
     out.train(mode == "train")
@@ -348,7 +353,8 @@ assert forget_accuracy_pre_post(_e)[0] > 0.9
 #
 # ```bash
 # memlab run 01_bn_illusion --profile smoke -p forget_class <FORGET_CLASS> \
-#     -p methods "[Retrain, GA, NoiseInject]" --book-dir /tmp/ex01
+#     -p methods "[Retrain, GA, NoiseInject]" -p recovery_methods "[NoiseInject]" \
+#     --book-dir /tmp/ex01
 # ```
 #
 # In 5-8 sentences: which methods' forget accuracy rises after recalibration (Post-R
@@ -363,11 +369,13 @@ import json
 from pathlib import Path
 
 print(f"memlab run 01_bn_illusion --profile smoke -p forget_class {FORGET_CLASS} "
-      '-p methods "[Retrain, GA, NoiseInject]" --book-dir /tmp/ex01')
+      '-p methods "[Retrain, GA, NoiseInject]" -p recovery_methods "[NoiseInject]" '
+      "--book-dir /tmp/ex01")
 path = Path("/tmp/ex01/results/01_bn_illusion.json")
 if path.exists():
     res = json.loads(path.read_text())
     print("forget class", res["params"].get("forget_class"))
+    print("    metrics (res[\"metrics\"]):", ", ".join(sorted(res["metrics"])))
     for claim in res["claims"]:
         print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 else:

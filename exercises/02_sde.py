@@ -220,7 +220,8 @@ from scipy.spatial.distance import jensenshannon
 
 # Stand-ins for the chapter's distributions: the in-training reference is more dependent.
 h_in = sde.split_half_dependence(rng.normal(size=(24, 3)), n_shuffles=50, seed=SEED)
-h_out = sde.split_half_dependence(0.3 * rng.normal(size=(24, 3)), n_shuffles=50, seed=SEED + 1)
+h_out = sde.split_half_dependence(0.3 * rng.normal(size=(24, 3)), n_shuffles=50,
+                                  seed=SEED + 1)
 cases = {
     "in-like": h_in + 0.001 * rng.normal(size=50),
     "out-like": h_out[::-1].copy(),
@@ -318,7 +319,9 @@ for run_dir in ("/tmp/ex02", "/tmp/ex02-logits"):
         print(f"{path}: not there yet (run the command above)")
         continue
     res = json.loads(path.read_text())
-    print(run_dir, "feature:", res["params"].get("feature"), "F1:", res["metrics"].get("f1"))
+    print(run_dir, "feature:", res["params"].get("feature"))
+    print("    F1:", res["metrics"].get("f1"))
+    print("    metrics (res[\"metrics\"]):", ", ".join(sorted(res["metrics"])))
     for claim in res["claims"]:
         print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 

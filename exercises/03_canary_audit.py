@@ -120,7 +120,8 @@ hidden: true
 """  # END TEST CONFIG
 for _t in texts + ["", "<think>", "</think>x", " <think><think>y"]:
     for _m in ("trace", "answer"):
-        assert split_by_hand(_t, missing=_m) == canaries.split_trace(_t, missing=_m), (_t, _m)
+        _want = canaries.split_trace(_t, missing=_m)
+        assert split_by_hand(_t, missing=_m) == _want, (_t, _m)
 
 # %% [raw]
 # # END TESTS
@@ -213,7 +214,7 @@ assert all(abs(gap[_c] - _s[_c]["gap"]["mean"]) < 1e-12 for _c in ("trace", "ans
 
 # %%
 class TinyLM(nn.Module):
-    """A bag-of-previous-token LM: logits (B, T, V) from an embedding and a linear head."""
+    """A previous-token LM: logits (B, T, V) from an embedding and a linear head."""
 
     def __init__(self, vocab=11, dim=8):
         super().__init__()
@@ -382,6 +383,7 @@ for run_dir in ("/tmp/ex03", "/tmp/ex03-beta1"):
         continue
     res = json.loads(path.read_text())
     print(run_dir, "beta", res["params"].get("beta"))
+    print("    metrics (res[\"metrics\"]):", ", ".join(sorted(res["metrics"])))
     for claim in res["claims"]:
         print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 

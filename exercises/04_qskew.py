@@ -290,6 +290,7 @@ for run_dir in ("/tmp/ex04", "/tmp/ex04-rho"):
         continue
     res = json.loads(path.read_text())
     print(run_dir, {k: res["params"].get(k) for k in ("rho", "h")})
+    print("    metrics (res[\"metrics\"]):", ", ".join(sorted(res["metrics"])))
     for claim in res["claims"]:
         print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 

@@ -56,7 +56,8 @@ rng = np.random.default_rng(SEED)
 V, S = 16, 8  # vocabulary size and tokens per sequence
 ids = rng.integers(0, V, size=S)
 logits = rng.normal(size=(S, V))
-log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))  # (S, V), rows sum to 1
+# (S, V) natural-log probabilities: each row sums to 1 in probability
+log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
 
 # %% [raw]
 # # BEGIN QUESTION
@@ -102,11 +103,13 @@ print("by hand:", code_length_by_hand(log_probs, ids),
 # # BEGIN TESTS
 
 # %%
-assert abs(code_length_by_hand(log_probs, ids) - capacity.code_length_bits(log_probs, ids)) < 1e-9
+_want = capacity.code_length_bits(log_probs, ids)
+assert abs(code_length_by_hand(log_probs, ids) - _want) < 1e-9
 
 # %%
 _uniform = np.full((S, V), -math.log(V))
-assert abs(code_length_by_hand(_uniform, ids) - capacity.uniform_entropy_bits(S, V)) < 1e-9
+_want = capacity.uniform_entropy_bits(S, V)
+assert abs(code_length_by_hand(_uniform, ids) - _want) < 1e-9
 
 # %%
 """ # BEGIN TEST CONFIG
@@ -119,7 +122,8 @@ _l = _r.normal(size=(20, 50))
 _l = _l - np.log(np.exp(_l).sum(1, keepdims=True))
 _t = _r.integers(0, 50, size=20)
 assert abs(code_length_by_hand(_l, _t) - capacity.code_length_bits(_l, _t)) < 1e-9
-assert abs(code_length_by_hand(_l[:19], _t) - capacity.code_length_bits(_l[:19], _t)) < 1e-9
+_want = capacity.code_length_bits(_l[:19], _t)
+assert abs(code_length_by_hand(_l[:19], _t) - _want) < 1e-9
 
 # %% [raw]
 # # END TESTS
@@ -177,13 +181,15 @@ def alpha_interval(params, bits, n_boot=2000, seed=SEED):
 # # END SOLUTION
 
 # %%
-print("alpha:", fit_alpha_by_hand(params, bits), " interval:", alpha_interval(params, bits))
+print("alpha:", fit_alpha_by_hand(params, bits))
+print("interval:", alpha_interval(params, bits))
 
 # %% [raw]
 # # BEGIN TESTS
 
 # %%
-assert abs(fit_alpha_by_hand(params, bits) - capacity.fit_alpha(params, bits)["alpha"]) < 1e-9
+_want = capacity.fit_alpha(params, bits)["alpha"]
+assert abs(fit_alpha_by_hand(params, bits) - _want) < 1e-9
 
 # %%
 _lo, _hi = alpha_interval(params, bits)
@@ -196,9 +202,10 @@ hidden: true
 _lo, _hi = alpha_interval(params, 3.6 * params)
 assert abs(_lo - 3.6) < 1e-9 and abs(_hi - 3.6) < 1e-9
 _pairs = np.column_stack([params, bits])
-_ref = metrics.bootstrap_ci(_pairs, lambda a: float(a[:, 0] @ a[:, 1] / (a[:, 0] @ a[:, 0])),
-                            n_boot=500, seed=4)
-assert np.allclose(alpha_interval(params, bits, n_boot=500, seed=4), _ref, rtol=0, atol=1e-9)
+_stat = lambda a: float(a[:, 0] @ a[:, 1] / (a[:, 0] @ a[:, 0]))  # noqa: E731
+_ref = metrics.bootstrap_ci(_pairs, _stat, n_boot=500, seed=4)
+_mine = alpha_interval(params, bits, n_boot=500, seed=4)
+assert np.allclose(_mine, _ref, rtol=0, atol=1e-9)
 
 # %% [raw]
 # # END TESTS
@@ -295,7 +302,9 @@ for run_dir in ("/tmp/ex05-s0", "/tmp/ex05-s1"):
         print(f"{path}: not there yet (run the commands above)")
         continue
     res = json.loads(path.read_text())
-    print(run_dir, "seed", res["params"].get("seed"), "alpha", res["metrics"].get("alpha"))
+    print(run_dir, "seed", res["params"].get("seed"), "alpha",
+          res["metrics"].get("alpha"))
+    print("    metrics (res[\"metrics\"]):", ", ".join(sorted(res["metrics"])))
     for claim in res["claims"]:
         print("   ", claim.get("verdict"), "-", str(claim.get("claim", ""))[:80])
 

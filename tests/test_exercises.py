@@ -89,7 +89,8 @@ def test_autograder_gives_the_master_full_marks_and_the_stub_none(built, chapter
     assert solved["error"] is None and stub["error"] is None, (solved["error"], stub["error"])
     assert set(solved["questions"]) == set(graded), "the autograder grades exactly the autograded questions"
     for q, pts in graded.items():
-        assert solved["questions"][q] == {"score": pts, "possible": pts}, f"master {q}: {solved['questions'][q]}"
+        got = solved["questions"][q]
+        assert got == {"score": pts, "possible": pts}, f"master {q}: {got}"
         assert stub["questions"][q]["score"] == 0, f"untouched stub scores on {q}: {stub['questions'][q]}"
     assert solved["percent"] == 1.0 and stub["score"] == 0
 
@@ -122,7 +123,8 @@ def test_student_versions_carry_no_solutions_or_hidden_tests(built):
         leaked = [f for f in frags if f in text]
         assert not leaked, f"{chapter}: the student notebook shows {leaked[:3]}"
         solved = "\n".join(c.source for c in nbformat.read(str(paths["solved"]), as_version=4).cells)
-        present = sum(f in solved for f in exercises.secret_fragments(exercises.read_master(MASTERS[chapter])))
+        own = exercises.secret_fragments(exercises.read_master(MASTERS[chapter]))
+        present = sum(f in solved for f in own)
         assert present > 0, f"{chapter}: the solved notebook lost its solutions"
 
 

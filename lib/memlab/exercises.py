@@ -426,9 +426,10 @@ def grade(paths: Sequence[Path], build_dir: Path | None = None, autograder: Path
             w = csv.writer(f)
             w.writerow(["submission", "assignment", "question", "score", "possible", "error"])
             for r in rows:
+                err = r["error"] or ""
                 for q, v in r["questions"].items():
-                    w.writerow([r["submission"], r["assignment"], q, v["score"], v["possible"], r["error"] or ""])
-                w.writerow([r["submission"], r["assignment"], "TOTAL", r["score"], r["possible"], r["error"] or ""])
+                    w.writerow([r["submission"], r["assignment"], q, v["score"], v["possible"], err])
+                w.writerow([r["submission"], r["assignment"], "TOTAL", r["score"], r["possible"], err])
     return rows
 
 
@@ -442,8 +443,8 @@ def with_answer_replaced(notebook: Path, old: str, new: str, dest: Path) -> Path
     nb = nbformat.read(str(notebook), as_version=4)
     hits = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
     if len(hits) != 1 or hits[0].source.count(old) != 1:
-        raise ExerciseError(f"{notebook.name}: the text to replace occurs {sum(c.source.count(old) for c in hits)} "
-                            f"times (expected once): {old!r}")
+        n = sum(c.source.count(old) for c in hits)
+        raise ExerciseError(f"{notebook.name}: the text to replace occurs {n} times (expected once): {old!r}")
     hits[0].source = hits[0].source.replace(old, new)
     nb = copy.deepcopy(nb)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -457,7 +458,8 @@ def summary_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         qs = " ".join(f"{q}={v['score']:g}/{v['possible']:g}" for q, v in r["questions"].items())
         err = f"  ERROR {r['error']}" if r["error"] else ""
-        lines.append(f"{r['submission']}: {r['score']:g}/{r['possible']:g} ({100 * r['percent']:.0f}%)  {qs}{err}")
+        score = f"{r['score']:g}/{r['possible']:g} ({100 * r['percent']:.0f}%)"
+        lines.append(f"{r['submission']}: {score}  {qs}{err}")
     return lines
 
 
@@ -493,11 +495,12 @@ def main(args) -> int:
         built = build(args.chapters or None, Path(args.out) if args.out else None)
         roster = read_roster(Path(args.roster)) if args.roster else []
         for chapter, paths in built.items():
-            print(f"{chapter}: student {paths['student']}\n{'':{len(chapter)}}  autograder {paths['autograder']}")
+            pad = " " * len(chapter)
+            print(f"{chapter}: student {paths['student']}\n{pad}  autograder {paths['autograder']}")
             for sid in roster:
                 dest = paths["student"].parent.parent / "students" / sid / paths["student"].name
                 values = make_variant(paths["student"], sid, dest)
-                print(f"{'':{len(chapter)}}  {sid}: {dest} {values}")
+                print(f"{pad}  {sid}: {dest} {values}")
         if args.book:
             for p in publish(built):
                 print(f"book: {p}")
