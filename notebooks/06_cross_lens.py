@@ -400,17 +400,47 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # At the profile of this page, {glue:}`06_cross_lens-n-reproduced` hypotheses held,
 # {glue:}`06_cross_lens-n-not-reproduced` did not, {glue:}`06_cross_lens-n-not-judged`
 # could not be judged and {glue:}`06_cross_lens-n-not-run` were not run ("reproduced" in
-# the table means the hypothesis held). The verdicts above are the result, whatever they
-# are: the predictions were fixed before the run, and none was moved to fit it.
+# the table means the hypothesis held). The verdicts are the result, whatever they are:
+# the predictions were fixed before the run, and none was moved to fit it. Question by
+# question, with the numbers behind each verdict:
+
+# %% tags=["hide-input"]
+word = {
+    paper.REPRODUCED: "held",
+    paper.NOT_REPRODUCED: "did **not** hold",
+    paper.NOT_JUDGED: "could not be judged",
+    paper.NOT_RUN: "was not run here",
+}
+hyp_q = {k: h["question"] for k, h in ch.hypotheses().items()}
+lines = []
+for q in (1, 2, 3, 4):
+    parts = [
+        f"`{v['key']}` {word[v['verdict']]} ({v['evidence']})"
+        for v in verdicts
+        if hyp_q[v["key"]] == q
+    ]
+    lines.append(f"- **Question {q}.** " + "; ".join(parts) + ".")
+display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# **How to read the lenses together.** A lens that reads the weights (recalibrated forget
+# accuracy, relearning, teacher-forced scoring, code lengths, likelihood-based membership
+# scores) and a lens that reads one decoding of them (forget accuracy under stale
+# statistics, out acc, thk leak) can disagree about the same model; where they do, the
+# disagreement is about the lens, not the model. Questions 1 and 2 ask that directly;
+# question 4 asks it for whole rankings.
 #
-# **Reading the lenses together.** A lens that reads the weights (recalibrated forget
-# accuracy, relearning, teacher-forced scoring, code lengths) and a lens that reads one
-# decoding of them (forget accuracy under stale statistics, out acc) can disagree on the
-# same model; where they do, the disagreement is about the lens, not the model. Questions 1
-# and 2 ask that directly; question 4 asks it for whole rankings, where small numbers of
-# methods make every interval wide.
+# **What the design leaves open.** SDE's class-matched out-of-training reference (the
+# forget class's test images) is this chapter's choice for class forgetting; chapter 2's
+# paper forgets random subsets and draws the reference from the whole test set. Canary bits
+# are counted under one teacher-forced context (BIO prefill and head), so they measure how
+# much the weights still favour the canary, not whether decoding produces it. The fresh
+# authors of question 3 differ from the memorised ones in tokenization as well as in
+# membership, which reference calibration corrects and the other scores do not. With about
+# ten methods or runs, every τ interval is wide: read the heatmap for its pattern.
 #
 # **Budget.** The chapter trains nothing of its own. With chapters 1 and 3 cached it costs
-# their evaluation passes plus chapter 3's unlearning runs (which chapter 3 does not cache);
-# from a cold cache it first trains chapters 1 and 3's models through their own functions.
-# The wall time of each part is printed with its table above.
+# chapter 1's evaluation passes, this chapter's lenses and chapter 3's two unlearning runs
+# (which chapter 3 does not cache); from a cold cache it first trains chapters 1 and 3's
+# models through their own functions, at those chapters' cold cost. The wall time of each
+# part is printed with its table above.
