@@ -160,6 +160,13 @@ def test_bad_requests_fail_in_one_line_before_any_work(tmp_path, capsys):
     assert "inside book/" in capsys.readouterr().err
     assert cli.main(["exercises", "grade", str(tmp_path / "nothing.ipynb")]) == 2
     assert "nothing.ipynb" in capsys.readouterr().err
+    sub = tmp_path / "sub" / "02_sde.ipynb"
+    sub.parent.mkdir()
+    sub.write_text(json.dumps({"cells": [], "metadata": {"otter": {"assignment_name": "02_sde"}},
+                               "nbformat": 4, "nbformat_minor": 5}))
+    assert cli.main(["exercises", "grade", str(sub.parent), "--build-dir", str(tmp_path / "nobuild")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "02_sde-autograder.zip does not exist" in err
     with pytest.raises(exercises.ExerciseError, match="student id"):
         exercises.variant_values("bad id!", ["SEED"])
 

@@ -15,7 +15,6 @@ otter's local, Docker-free runner, :func:`make_variant` gives a student their ow
 """
 from __future__ import annotations
 
-import copy
 import csv
 import hashlib
 import io
@@ -416,10 +415,15 @@ def grade(paths: Sequence[Path], build_dir: Path | None = None, autograder: Path
     """
     subs = find_submissions(paths)
     build_dir = Path(build_dir) if build_dir else repo_root() / DEFAULT_OUT
-    rows = []
+    zips = {}
     for s in subs:
-        ag = Path(autograder) if autograder else build_dir / chapter_of(s) / f"{chapter_of(s)}-autograder.zip"
-        rows.append(grade_one(s, ag))
+        name = chapter_of(s)
+        zips[s] = Path(autograder) if autograder else build_dir / name / f"{name}-autograder.zip"
+    missing = sorted({str(z) for z in zips.values() if not z.is_file()})
+    if missing:  # checked for every submission before any is graded
+        raise ExerciseError(f"autograder {', '.join(missing)} does not exist (run `memlab exercises build`, "
+                            "or pass --build-dir / --autograder)")
+    rows = [grade_one(s, zips[s]) for s in subs]
     if csv_path:
         Path(csv_path).parent.mkdir(parents=True, exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -446,7 +450,6 @@ def with_answer_replaced(notebook: Path, old: str, new: str, dest: Path) -> Path
         n = sum(c.source.count(old) for c in hits)
         raise ExerciseError(f"{notebook.name}: the text to replace occurs {n} times (expected once): {old!r}")
     hits[0].source = hits[0].source.replace(old, new)
-    nb = copy.deepcopy(nb)
     dest.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, str(dest))
     return dest
