@@ -67,12 +67,14 @@ pd.options.display.float_format = "{:.1f}".format
 # classes. Retain accuracy (Pre-R, Post-R) is measured on retain training images, as in
 # the paper. Images for the recovery attack come from test images of the *other* classes,
 # so the attack never sees an image that is later scored. The `cpu` profile trains a
-# narrow ResNet-18 on a class-balanced subset of CIFAR-10 so the chapter runs on a laptop.
+# narrow ResNet-18 (stem width 8) on 1000 images per class of CIFAR-10 for 15 epochs
+# (batch 128) so the chapter runs on a laptop.
 
 # %%
 data = ch.load_data(cfg)
 orig = ch.original_model(cfg, data, cfg.seed)
 orig_audit, _ = ch.audit(orig, data, cfg.recal_batch)
+retrain0 = ch.unlearned_model(cfg, data, orig, "Retrain", cfg.seed)  # cached for Table 1
 sizes = pd.DataFrame(
     {
         "images": [
@@ -91,18 +93,51 @@ sizes = pd.DataFrame(
 )
 display(sizes.style.format("{:d}"))
 run.record(
-    original=orig_audit, forget_classes=data.forget_classes, ood_source=data.ood_note
+    original=orig_audit,
+    forget_classes=data.forget_classes,
+    ood_source=data.ood_note,
+    sizes={
+        "forget_test": len(data.test_forget_y),
+        "eval_retain": len(data.eval_retain_y),
+        "test": len(data.test_y),
+    },
 )
+
+# %% [markdown]
+# ### The regime
+#
+# Every gap below is bounded by how well the original model knew the forget class, so the
+# first thing to check is that the original is in the paper's regime: well fit, and
+# knowing the forget class. The paper does not report its original model. Its Retrain row
+# reaches 99.6% on retain training images, and its recalibrated NoiseInject and BadTeacher
+# reach 98.7% and 97.2% on the forget class, so its original knew the class at least that
+# well. The 95% intervals are Wilson intervals on the image counts of the table.
+
+# %%
+reg = ch.regime({"Original": orig, "Retrain": retrain0}, data)
+acc_cols = ["train acc (retain)", "test acc", "forget-class test acc"]
+paper_col = [
+    f"not reported (Retrain {paper.number(CH, 'regime_retrain_retain'):.1f})",
+    "not reported",
+    f">= {paper.number(CH, 'regime_forget_floor'):.1f} (implied)",
+]
+regime_view = reg[acc_cols].T.round(1).astype(object)
+regime_view["paper (original)"] = paper_col
+regime_view["ours 95% CI (Original)"] = [
+    reg.loc["Original", "train 95% CI"],
+    reg.loc["Original", "test 95% CI"],
+    "",
+]
+display(regime_view)
+run.record(regime=reg[acc_cols].to_dict(orient="index"))
 display(
     Markdown(
-        f"The original model reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class"
-        f" test images and **{orig_audit['Pre-R']:.1f}%** on retain training images. "
-        + (
-            "This is a weak model; every gap below is bounded by how much it knew about"
-            " the forget class."
-            if orig_audit["Pre-F"] < 50
-            else "The model clearly learned the forget class."
-        )
+        f"Our original reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class test"
+        f" images, **{reg.loc['Original', 'test acc']:.1f}%** on the balanced test set"
+        f" ({reg.attrs['n_test']} images) and **{orig_audit['Pre-R']:.1f}%** on"
+        f" {reg.attrs['n_retain']} retain training images: a moderately fit model, far"
+        " below the paper's, so every ΔF here is capped near"
+        f" {orig_audit['Pre-F']:.0f} pp where the paper's can reach about 98 pp."
     )
 )
 
@@ -134,10 +169,12 @@ display(
 # %% [markdown]
 # ## Table 1: forget accuracy before and after recalibration
 #
-# For each method: Pre-F and Post-F (forget-class test accuracy before and after full-retain
-# recalibration), ΔF = Post-F − Pre-F in percentage points, Pre-R and Post-R (retain
-# accuracy), LP-50 (a logistic-regression probe on penultimate features, 50 images per
-# class, lbfgs, `max_iter=1000`; its forget-class test accuracy) and ReAUC.
+# For each method: Pre-F and Post-F (forget-class test accuracy before and after the audit's
+# recalibration on `recal_images` retain images: 3000 of the 9000 at `cpu`, every one at
+# `paper`; the paper uses at least 5000 and shows the sampling error is small),
+# ΔF = Post-F − Pre-F in percentage points, Pre-R and Post-R (retain accuracy), LP-50 (a
+# logistic-regression probe on penultimate features, 50 images per class, lbfgs,
+# `max_iter=1000`; its forget-class test accuracy) and ReAUC.
 #
 # ReAUC is our reading of the paper's relearning AUC. We fine-tune a copy on 50 forget-class
 # images mixed with 50 retain images for `relearn_epochs` epochs, and record the forget
@@ -155,7 +192,20 @@ display(
 #
 # The *BN mode* column says how each method treats BatchNorm while it unlearns. `train`
 # means forget data can corrupt the running statistics. `eval` means the statistics stay
-# fixed while the weights move (misalignment).
+# fixed while the weights move (misalignment). `mixed` is NoiseInject: its impair step
+# runs in train mode, its repair step with BN frozen (the reference UNSIR loop repairs in
+# train mode, which would re-estimate the statistics on retain data and hide the gap by
+# construction; the paper's NoiseInject shows +18.9 pp, so its repair did not). SSD
+# computes its importances in eval mode, as the reference `ssd_tuning` does.
+#
+# **How the `cpu` hyperparameters were chosen.** The `paper` profile uses each reference's
+# defaults. The smaller `cpu` model and data set need smaller steps and step counts, and
+# we chose them by one rule only: each method must keep its retain accuracy (Pre-R, on
+# retain training images) within about 10 pp of the original's, as the paper's methods do
+# (Appendix I keeps retain accuracy at 85% or more). Within that, step counts and learning
+# rates stay close to the reference ratios. Forget accuracy, ΔF and the claims below were
+# never looked at while choosing them. A method that diverges (a NaN or infinite weight
+# or logit) stops the chapter with an error naming it rather than being scored.
 
 # %%
 long, models = ch.run_method_table(cfg, data)
@@ -192,6 +242,20 @@ run.record(
     relearn_curves={
         f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()
     },
+)
+drift = (ours["Pre-R"] - orig_audit["Pre-R"]).drop(index="Retrain", errors="ignore")
+far = drift[drift.abs() > 10].round(1).to_dict()
+display(
+    Markdown(
+        "Tuning rule check: retain accuracy (Pre-R) of every method against the"
+        f" original's {orig_audit['Pre-R']:.1f}%: largest drop"
+        f" {-drift.min():.1f} pp ({drift.idxmin()}); "
+        + (
+            f"more than 10 pp away: {far}."
+            if far
+            else "all within 10 pp."
+        )
+    )
 )
 checked = [bn.weights_equal(m, c) for m, c in models.values()]
 run.record(recal_weights_unchanged=all(checked), recal_models_checked=len(checked))
@@ -589,31 +653,58 @@ if cfg.n_seeds == 1:
 # %% tags=["remove-input"]
 from myst_nb import glue
 
-for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
+counts = paper.tally(verdicts, kind=paper.CLAIM)
+for _verdict, _n in counts.items():  # counts for the closing section
     _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
     glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
+glue(
+    f"{cfg.chapter}-n-sanity",
+    sum(paper.tally(verdicts, kind=paper.SANITY).values()),
+    display=False,
+)
+glue(f"{cfg.chapter}-cold-min", ch.COLD_COST["minutes"], display=False)
+glue(f"{cfg.chapter}-cold-where", ch.COLD_COST["where"], display=False)
 
 # %% [markdown]
 # ## What this means
 #
-# At the profile of this page, {glue:}`01_bn_illusion-n-reproduced` reproduced,
-# {glue:}`01_bn_illusion-n-not-reproduced` did not and {glue:}`01_bn_illusion-n-not-run` were not run. The reading below is of the `cpu` run that
-# this book publishes.
+# At the profile of this page, of the paper's claims {glue:}`01_bn_illusion-n-reproduced`
+# reproduced, {glue:}`01_bn_illusion-n-not-reproduced` did not,
+# {glue:}`01_bn_illusion-n-not-judged` could not be judged (a precondition failed, or the
+# margin lies inside the noise band of 250 test images) and
+# {glue:}`01_bn_illusion-n-not-run` were not run; {glue:}`01_bn_illusion-n-sanity` sanity
+# checks (true by construction) are counted apart. The summary below is built from this
+# run's verdicts.
 #
-# **What held.** Recalibrating BatchNorm on retain data changes no weight, yet it changes the measured
-# forget accuracy of several unlearning methods ({numref}`fig-01-1a`): the paper's central warning — a
-# low forget accuracy on a BatchNorm network can be an artefact of its running statistics — shows here.
-# BadTeacher flips most, Retrain, SCRUB, GA and GA+FT show no gap, a GroupNorm network has no gap at all,
-# GA's gap shrinks as it takes more steps ({numref}`fig-01-h`), and the operator's own sampling error is
-# small beside the misalignment it removes ({numref}`fig-01-2`).
-#
-# **What did not.** The sizes: fewer methods cross the paper's 18.9 pp threshold, the link between
-# recalibrated forget accuracy and relearning is weaker and the linear probe hardly tracks it
-# ({numref}`fig-01-corr`), NoiseInject has almost no gap to recover from a few images
-# ({numref}`fig-01-1b`), and a 25% retain share leaves SalUn just above the threshold
-# ({numref}`fig-01-q`). Each row above gives its reason; they share one: narrow ResNets trained briefly on
-# a small CIFAR-10 subset, with one seed.
-#
+# Cost: a cold run of this chapter at `cpu` (no cached models) takes about
+# {glue:}`01_bn_illusion-cold-min` minutes ({glue:}`01_bn_illusion-cold-where`); with the
+# models cached, only the audits, probes and recoveries run.
+
+# %% tags=["remove-input"]
+by_verdict = {}
+for d in verdicts:
+    if d.get("kind", paper.CLAIM) == paper.CLAIM:
+        by_verdict.setdefault(d["verdict"], []).append(d)
+heads = {
+    paper.REPRODUCED: "What held",
+    paper.NOT_REPRODUCED: "What did not",
+    paper.NOT_JUDGED: "What this run cannot decide",
+}
+lines = []
+for v, head in heads.items():
+    if by_verdict.get(v):
+        items = "; ".join(d["claim"][0].lower() + d["claim"][1:] for d in by_verdict[v])
+        lines.append(f"**{head}.** {items}.")
+lines.append(
+    f"All of it comes from one seed of a width-{cfg.width} ResNet-18 whose original"
+    f" knew the forget class at {orig_audit['Pre-F']:.0f}% (the paper's: about 98%),"
+    " so every gap is smaller than the paper's by construction."
+)
+display(Markdown("\n\n".join(lines)))
+
+# %% [markdown]
 # **What to take from it.** Before reading the forget accuracy of a BatchNorm model, recalibrate its
-# statistics on retain data (one forward pass, weights untouched) and report both numbers. The direction
-# of the paper's finding holds at this scale; its magnitudes need the `paper` profile.
+# statistics on retain data (one forward pass, weights untouched) and report both numbers, with the
+# retain accuracy beside them. A method whose published forget accuracy is low can still know the
+# class: here the recalibration moves it for several methods ({numref}`fig-01-1a`), and the few
+# unlabelled images that suffice ({numref}`fig-01-1b`) make it an attack, not only an audit.
