@@ -183,6 +183,9 @@ assert [l.momentum for _, l in bn.bn_layers(_m)] == _momenta
 # \epsilon}$ (with the layer's own `eps`). Write `misalignment_by_hand(model, reference)`
 # returning a dict layer name -> float, using `bn.bn_layers` to list the layers.
 #
+# *Hint:* `dict(bn.bn_layers(reference))[name]` is the reference's layer of the same name;
+# `m.running_mean`, `m.running_var` and `m.eps` are its statistics.
+#
 # *Expected:* equal to `bn.mean_misalignment(net, ref)` to 1e-6 for the trained network
 # against its recalibrated copy (a small number: the training statistics are nearly right),
 # and exactly 0 for a model against itself.
@@ -259,6 +262,9 @@ assert all(v == 0 for v in misalignment_by_hand(ref, ref).values())
 #
 # Then set `hiding_mode` to the mode (`"train"` or `"eval"`) whose pass makes the forget
 # class look forgotten before recalibration.
+#
+# *Hint:* only `model.train()` makes BatchNorm update its running statistics; a forward pass
+# in eval mode only reads them. Compare `bn.running_stats` before and after each pass.
 #
 # *Expected:* after the train-mode pass the forget accuracy is near 0 before and near 1
 # after recalibration — the illusion: no weight changed. After the eval-mode pass both are

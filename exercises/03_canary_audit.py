@@ -72,6 +72,9 @@ CANARY = "Zq-7741 lives on Mirrow Lane"
 # remaining text goes to the field named by `missing` (`"trace"` or `"answer"`) and the other
 # field is the empty string.
 #
+# *Hint:* `str.partition("</think>")` splits at the first occurrence and tells you whether
+# the tag was found.
+#
 # *Expected:* equal to `canaries.split_trace(text, missing=missing)` on every text in
 # `texts` below, for both conventions.
 
@@ -143,6 +146,9 @@ for _t in texts + ["", "<think>", "</think>x", " <think><think>y"]:
 # `gap = {"trace": ..., "answer": ...}` (floats) and set `flips` to whether their signs
 # differ.
 #
+# *Hint:* `score_outputs` returns boolean arrays `"out"` and `"thk"`; the mean of a boolean
+# array is a share.
+#
 # *Expected:* the two outputs without a closing tag decide the sign: the gap is +0.5 with one
 # convention and -0.5 with the other. A paper that reports a positive bypass gap must say
 # which convention it used.
@@ -208,6 +214,9 @@ assert all(abs(gap[_c] - _s[_c]["gap"]["mean"]) < 1e-12 for _c in ("trace", "ans
 # for logits (B, T, V), token ids (B, T) and a boolean mask (B, T), returning the (B,)
 # tensor $\sum_{t \ge 1} \text{mask}_{b,t} \log \operatorname{softmax}(\text{logits}_{b,t-1})
 # [\text{ids}_{b,t}]$ (token 0 is never a target: it has no prefix).
+#
+# *Hint:* drop the last position of the logits and the first of the ids, then
+# `torch.log_softmax(..., -1).gather(-1, ...)` picks each target's log-probability.
 #
 # *Expected:* equal to `lm.sequence_logprob(model, ids, att, mask)` to 1e-5 for the tiny
 # model below, and 0 for an all-False mask.

@@ -67,6 +67,9 @@ delta[hot] += rng.exponential(3.0, size=hot.sum())
 # returning $3(\bar d - \operatorname{median}(d)) / s$ with $s$ the *population* standard
 # deviation (`np.std`, ddof 0), and 0.0 when $s = 0$.
 #
+# *Hint:* a long right tail pulls the mean above the median; the sign of the statistic
+# says which tail is long.
+#
 # *Expected:* equal to `mia.median_skew(delta)` to 1e-12; positive (about 0.5 at `SEED = 0`)
 # for the member-like `delta` above, and 0.0 for a constant sample.
 
@@ -200,6 +203,8 @@ assert qskew_by_hand(np.ones(8)) == 0.0
 # every sequence twice: by Q-Skew (`mia.qskew`) and by the mean of $\Delta$ (the plain
 # loss-difference baseline). Store the ROC AUC of each score in the dict
 # `auc = {"qskew": ..., "mean": ...}` using `metrics.roc_metrics(scores, labels)["auc"]`.
+#
+# *Hint:* one score per sequence: a list comprehension over `seqs` for each score.
 #
 # *Expected:* Q-Skew's AUC stays high (about 0.9 at `SEED = 0`), the mean's falls towards
 # 0.5-0.7: the offsets $b$ drown the members' mean shift, while the skewness does not see

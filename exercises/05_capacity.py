@@ -72,6 +72,9 @@ log_probs = logits - np.log(np.exp(logits).sum(1, keepdims=True))
 # without a start token has no distribution for token 0: then `log_probs` has L - 1 rows
 # (row $j$ is the distribution of token $j + 1$) and token 0 costs $\log_2 V$ bits.
 #
+# *Hint:* `log_probs[np.arange(n), ids]` picks each token's log-probability; divide nats
+# by $\ln 2$ for bits.
+#
 # *Expected:* equal to `capacity.code_length_bits(log_probs, ids)` to 1e-9, in both layouts;
 # a uniform model codes the sequence in exactly $S \log_2 V$ bits
 # (`capacity.uniform_entropy_bits(S, V)`, 32 bits here).
@@ -225,6 +228,9 @@ assert np.allclose(_mine, _ref, rtol=0, atol=1e-9)
 # `n_full(alpha, n_params, seq_len, vocab_size)`: the data set size $N^*$ (a float) at which
 # the model is exactly full. Then store in `n_star` the value for the paper's setting:
 # $P = 100\,000$ parameters, $\alpha = 3.6$, $V = 2048$, $S = 64$.
+#
+# *Hint:* solve $N S \log_2 V = \alpha P$ for $N$; `capacity.uniform_entropy_bits(S, V)` is
+# $S \log_2 V$.
 #
 # *Expected:* $N^* \approx 511$ sequences; below it the expected memorisation grows linearly
 # with $N$, above it it stays at $C$.
