@@ -143,3 +143,70 @@ def test_bad_arguments():
         sde.wasserstein(x, x[:8])
     with pytest.raises(ValueError, match="metric"):
         sde.distance_test(x, x, x, "kl")
+
+
+# ----------------------------------------------------------------------------- what the statistic measures
+
+def test_shuffle_mean_identity_exhaustive_tiny_case():
+    # m = 6: average HSIC over all 720 re-orderings of the second half equals
+    # tr(HKH) tr(HLH) / (m-1)^3 to rounding error.
+    import itertools
+
+    x = rng(11).normal(size=(12, 3))
+    k, l = sde.split_half_kernels(x, seed=4, sigma=1.1)
+    m = len(k)
+    kc, lc = sde.center(k), sde.center(l)
+    vals = [np.vdot(kc, lc[np.ix_(p, p)]) / (m - 1) ** 2 for p in map(list, itertools.permutations(range(m)))]
+    assert len(vals) == 720
+    assert abs(np.mean(vals) - sde.shuffle_mean(k, l)) < 1e-10
+    assert sde.shuffle_mean(k, l) == pytest.approx(
+        sde.kernel_spread(k) * sde.kernel_spread(l) / (m - 1) ** 3, rel=1e-12)
+    # tr(HKH) = m (1 - mean K) for an RBF kernel (unit diagonal).
+    assert sde.kernel_spread(k) == pytest.approx(m * (1 - k.mean()), rel=1e-12)
+    assert sde.split_half_shuffle_mean(x, seed=4, sigma=1.1) == pytest.approx(sde.shuffle_mean(k, l), rel=1e-12)
+
+
+def test_shuffle_mean_matches_large_shuffle_average():
+    x = rng(12).normal(size=(60, 5)) * np.linspace(0.5, 2, 60)[:, None]
+    vals = sde.split_half_dependence(x, n_shuffles=20000, seed=3)
+    sem = vals.std() / np.sqrt(len(vals))
+    assert abs(vals.mean() - sde.split_half_shuffle_mean(x, seed=3)) < 4 * sem
+
+
+def test_shuffle_mean_tracks_spread_not_dependence():
+    # Scaling the outputs changes only the spread; the shuffle mean moves with it.
+    x = rng(13).normal(size=(40, 4))
+    means = [sde.split_half_shuffle_mean(c * x, sigma=2.0) for c in (0.25, 0.5, 1.0, 2.0)]
+    spreads = [sde.subset_spread(c * x, sigma=2.0) for c in (0.25, 0.5, 1.0, 2.0)]
+    assert np.all(np.diff(means) > 0) and np.all(np.diff(spreads) > 0)
+    assert 0.0 <= spreads[0] < spreads[-1] <= 1.0
+
+
+def test_standardised_split_half_has_zero_mean_unit_sd():
+    x = rng(14).normal(size=(50, 3))
+    z = sde.standardised_split_half(x, n_shuffles=4000, seed=2)
+    assert z.shape == (4000,)
+    assert abs(z.mean()) < 0.1 and z.std() == pytest.approx(1.0, rel=1e-12)
+    # Rescaling the outputs (spread) and the bandwidth together leaves z unchanged.
+    z2 = sde.standardised_split_half(3 * x, n_shuffles=4000, seed=2, sigma=3 * np.sqrt(3))
+    np.testing.assert_allclose(z, z2, atol=1e-8)
+
+
+def test_saturation_guard_fires_on_near_constant_kernels():
+    far = rng(15).normal(size=(30, 10)) * 1e3  # spread >> sigma: K ~ I
+    with pytest.warns(sde.SaturationWarning, match="near-constant.*far below"):
+        vals = sde.split_half_dependence(far, n_shuffles=20)
+    assert np.ptp(vals) < 1e-12  # every shuffle gives the same value
+    near = 1e-6 * rng(16).normal(size=(30, 10))  # spread << sigma: K ~ 1 1^T
+    with pytest.warns(sde.SaturationWarning, match="far above"):
+        sde.split_half_dependence(near, n_shuffles=5)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sde.SaturationWarning)
+        sde.split_half_dependence(rng(17).normal(size=(30, 10)), n_shuffles=5)  # no warning
+    assert not sde.check_saturation(np.eye(1))
+    with pytest.raises(ValueError, match="square"):
+        sde.kernel_spread(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="same size"):
+        sde.shuffle_mean(np.eye(3), np.eye(4))

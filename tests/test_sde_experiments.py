@@ -84,6 +84,59 @@ def test_judge_targets_separates_tight_from_broad_outputs():
     res = ex.classify(train_out, test_out, ex.Pools(np.arange(120), np.arange(120, 160)), 20, cfg)
     assert res["SDE"] == 1.0 and res["MMD"] == 1.0 and res["Wasserstein"] == 1.0
     assert res["raw"]["h_targets"].shape == (8, 40)
+    assert set(res["band"]) == set(ex.DETECTORS) and all(0 <= b <= 1 for b in res["band"].values())
+
+
+def test_f1_band_zero_for_perfect_and_wide_for_chance():
+    labels = np.array([False] * 20 + [True] * 20)
+    assert ex.f1_band(labels, labels) == 0.0
+    coin = np.random.default_rng(0).random(40) < 0.5
+    assert 0.1 < ex.f1_band(labels, coin) < 0.5
+    # A paired band on identical verdicts is zero: the difference never moves.
+    assert ex.f1_band(labels, coin, coin) == 0.0
+
+
+def test_one_pass_outputs_match_single_depth_and_cache():
+    model = ex.resnet18(num_classes=10, width=2).eval()
+    data = synthetic_data(n_per_class=2, n_test_per_class=1)
+    tr, te = ex.all_outputs(model, data, "penultimate")
+    assert tr.shape == (20, 16) and te.shape == (10, 16)
+    np.testing.assert_allclose(ex.all_outputs(model, data, "layer3")[0],
+                               ex.model_outputs(model, data.x_train, "layer3"), atol=1e-6)
+    assert ex.all_outputs(model, data, "logits")[0] is ex.all_outputs(model, data, "logits")[0]
+    with pytest.raises(ValueError, match="feature"):
+        ex.all_outputs(model, data, "pixels")
+
+
+def test_variant_detector_and_saturation_count():
+    r = np.random.default_rng(3)
+    train_out = np.concatenate([0.3 * r.normal(size=(120, 4)), 3.0 * r.normal(size=(40, 4))])
+    test_out = 3.0 * r.normal(size=(60, 4))
+    cfg = config.resolve("02_sde", "smoke", n_shuffles=30, n_targets=3)
+    res = ex.classify(train_out, test_out, ex.Pools(np.arange(120), np.arange(120, 160)), 20, cfg,
+                      ("SDE", ex.VARIANT))
+    assert res["raw"][ex.VARIANT].shape == (6,) and res["raw"]["saturated"] == 0
+    # sigma far below the outputs' spread: every kernel is ~I, all 8 subsets saturate.
+    with pytest.warns(UserWarning, match="near-constant kernel matrices"):
+        res = ex.classify(1e3 * train_out, 1e3 * test_out, ex.Pools(np.arange(120), np.arange(120, 160)), 20,
+                          cfg, ("SDE",))
+    assert res["raw"]["saturated"] == 8
+
+
+def test_spread_analysis_identity_on_synthetic_outputs(monkeypatch):
+    # The shuffle means of real subsets follow the identity and track the subsets' spread.
+    r = np.random.default_rng(4)
+    train_out = np.concatenate([0.5 * r.normal(size=(120, 4)), 2.0 * r.normal(size=(40, 4))])
+    test_out = 2.0 * r.normal(size=(60, 4))
+    data = synthetic_data(n_per_class=16, n_test_per_class=6)
+    cfg = config.resolve("02_sde", "smoke", n_shuffles=400, n_targets=4, holdout_fractions=[0.25, 0.25, 0.25],
+                         subset_sizes=[12, 12, 12], forget_fraction=0.25, size_sweep=[8])
+    monkeypatch.setattr(ex, "holdout_split", lambda cfg, n, f: (np.arange(120, 160), np.arange(120)))
+    monkeypatch.setattr(ex, "all_outputs", lambda model, data, feature: (train_out, test_out))
+    df = ex.spread_analysis(cfg, data, None, 0.25, 12)
+    assert len(df) == 2 * 4 + 2 and set(df["kind"]) == {"in-ref", "out-ref", "in-target", "out-target"}
+    s = ex.identity_summary(df)
+    assert s["share_within_3se"] >= 0.9 and s["pearson_spread"] > 0.8
 
 
 def test_f1_positive_class_is_out():
@@ -139,6 +192,8 @@ def test_unroll_adds_recorded_accumulated_contribution():
     np.testing.assert_allclose(acc["weight"], 0.15 * along.weight.grad, atol=1e-6)
     out = registry.get("Unroll").fn(model, splits, {"accumulated": acc})
     np.testing.assert_allclose(out.weight.detach(), model.weight.detach() + acc["weight"], atol=1e-7)
+    half = registry.get("Unroll").fn(model, splits, {"accumulated": acc, "scale": 0.5})
+    np.testing.assert_allclose(half.weight.detach(), model.weight.detach() + 0.5 * acc["weight"], atol=1e-7)
     with pytest.raises(ValueError, match="lacks parameter"):
         registry.get("Unroll").fn(model, splits, {"accumulated": {"weight": acc["weight"]}})
 
@@ -211,10 +266,13 @@ def test_paper_profile_structure_at_toy_size(tmp_path, monkeypatch):
     controlled = ex.controlled_experiment(cfg, data)
     table = controlled["f1"]
     final, early = controlled["models"][0.2]
-    assert list(ex.size_sweep(cfg, data, final, 0.2).index) == [4, 8]
-    assert list(ex.bandwidth_ablation(cfg, data, final, 0.1, 6).index) == cfg.bandwidth_mults
+    sweep, sweep_band = ex.size_sweep(cfg, data, final, 0.2)
+    assert list(sweep.index) == list(sweep_band.index) == [4, 8]
+    bw = ex.bandwidth_ablation(cfg, data, final, 0.1, 6)
+    assert list(bw.index) == cfg.bandwidth_mults and list(bw.columns) == ["SDE F1", "band", "saturated subsets"]
     assert list(ex.depth_ablation(cfg, data, final, 0.1, 6).index) == list(ex.FEATURES)
-    assert 0.0 <= ex.early_check(cfg, data, early, 0.1, 6) <= 1.0
+    e_f1, e_band = ex.early_check(cfg, data, early, 0.1, 6)
+    assert 0.0 <= e_f1 <= 1.0 and e_band >= 0
     assert list(table.index) == list(ex.DETECTORS) and list(table.columns) == ["R=5%", "R=10%", "R=20%"]
     assert ((table >= 0) & (table <= 1)).all().all()
     models = ex.unlearn_all(cfg, data)
@@ -222,24 +280,41 @@ def test_paper_profile_structure_at_toy_size(tmp_path, monkeypatch):
     res = ex.evaluate_unlearning(cfg, data, models)
     assert ((res["table"]["OTR (%)"] >= 0) & (res["table"]["OTR (%)"] <= 100)).all()
     assert res["dists"]["Unroll"]["target"].shape == (5,)
-    acc = ex.unroll_accumulated(cfg, data)
-    assert set(acc) == {n for n, _ in models["Original"].named_parameters()}
-    # A second call hits the cache: identical weights.
+    assert {"Acc_r recal. (%)", "OTR (%)", "ASR"} <= set(res["table"].columns)
+    assert list(ex.regime(cfg, data).columns) == ["paper", "ours: Original", "ours: Retrain"]
+    costs = ex.training_costs(cfg)
+    assert {"R=0%", "R=10%"} <= set(costs.index) and (costs["CPU s"] > 0).all()
+    # A second call returns the same objects; a fresh process would hit the disk cache: identical weights.
+    assert ex.train_model(cfg, data, 0.1)[0] is models["Retrain"]
+    ex._MODELS.clear()
     again = ex.train_model(cfg, data, 0.1)[0]
     for a, b in zip(again.state_dict().values(), models["Retrain"].state_dict().values()):
         assert torch.equal(a, b)
+    fm = ex.feature_metrics(cfg, data, models, res["table"], "softmax")
+    assert set(fm["variant_f1"]) == {"R=5%", "R=10%", "R=20%"} and "Unroll" in fm["table3"]
 
 
 def fake_metrics(**changes):
+    cols = ("R=5%", "R=10%", "R=20%")
+    band = {d: {c: 0.02 for c in cols} for d in ex.DETECTORS}
     m = {
         "f1": {"SDE": {"R=5%": 0.9, "R=10%": 0.95, "R=20%": 1.0}, "MMD": {"R=5%": 0.6, "R=10%": 0.7, "R=20%": 0.8},
                "Wasserstein": {"R=5%": 0.7, "R=10%": 0.89, "R=20%": 0.9}},
+        "f1_band": band, "beats_band": {c: 0.03 for c in cols},
         "main_column": "R=10%",
         "size_sweep": {"SDE": {"20": 0.6, "40": 0.8, "80": 0.9}},
-        "table3": {"Retrain": {"OTR (%)": 87.0, "ASR": 0.30}, "Unroll": {"OTR (%)": 3.0, "ASR": 0.31}},
+        "size_band": {"SDE": {"20": 0.05, "40": 0.05, "80": 0.05}},
+        "table3": {"Original": {"Acc_r (%)": 99.5, "Acc_r recal. (%)": 99.5},
+                   "Retrain": {"OTR (%)": 87.0, "ASR": 0.30, "Acc_r (%)": 98.6, "Acc_r recal. (%)": 98.6},
+                   "Unroll": {"OTR (%)": 3.0, "ASR": 0.31, "Acc_r (%)": 99.4, "Acc_r recal. (%)": 99.4}},
+        "counts": {"targets": 50, "forget": 5000},
         "bandwidth": {"0.25": 0.7, "0.5": 0.9, "1.0": 0.95, "2.0": 0.92, "4.0": 0.8},
+        "bandwidth_band": {"0.25": 0.02, "0.5": 0.02, "1.0": 0.02, "2.0": 0.02, "4.0": 0.02},
+        "saturated": {"0.25": 3, "0.5": 0, "1.0": 0, "2.0": 0, "4.0": 0},
         "depth": {"layer2": 0.6, "layer3": 0.7, "penultimate": 0.9, "logits": 0.95, "softmax": 0.9},
-        "early_f1": 0.8,
+        "depth_band": {"layer2": 0.05, "layer3": 0.05, "penultimate": 0.05, "logits": 0.05, "softmax": 0.05},
+        "early_f1": 0.8, "early_band": 0.05,
+        "identity": {"n_subsets": 42, "max_rel_err": 0.01, "share_within_3se": 1.0, "pearson_spread": 0.99},
     }
     m.update(changes)
     return m
@@ -251,8 +326,29 @@ def test_claims_on_paper_like_and_contrary_metrics():
     good = paper.evaluate(ex.claims(), fake_metrics(), "cpu")
     assert all(v["verdict"] == paper.REPRODUCED for v in good), good
     bad = fake_metrics(
-        table3={"Retrain": {"OTR (%)": 60.0, "ASR": 0.30}, "Unroll": {"OTR (%)": 40.0, "ASR": 0.31}},
-        size_sweep={"SDE": {"20": 0.9, "40": 0.7, "80": 0.95}}, early_f1=0.5)
+        table3={**fake_metrics()["table3"],
+                "Retrain": {"OTR (%)": 60.0, "ASR": 0.30, "Acc_r (%)": 98.6, "Acc_r recal. (%)": 98.6},
+                "Unroll": {"OTR (%)": 40.0, "ASR": 0.31, "Acc_r (%)": 99.0, "Acc_r recal. (%)": 99.0}},
+        size_sweep={"SDE": {"20": 0.5, "40": 0.3, "80": 0.95}}, early_f1=0.5)
     verdicts = {v["key"]: v["verdict"] for v in paper.evaluate(ex.claims(), bad, "cpu")}
     assert verdicts["unroll"] == verdicts["size"] == verdicts["early"] == paper.NOT_REPRODUCED
     assert all(v["verdict"] == paper.NOT_RUN for v in paper.evaluate(ex.claims(), fake_metrics(), "smoke"))
+    kinds = {v["key"]: v["kind"] for v in good}
+    assert kinds["spread_identity"] == paper.SANITY and kinds["controlled"] == paper.CLAIM
+
+
+def test_claims_inside_noise_and_failed_preconditions_are_not_judged():
+    from memlab import paper
+
+    t3 = fake_metrics()["table3"]
+    wrecked = {**t3, "Unroll": {**t3["Unroll"], "Acc_r (%)": 30.0, "Acc_r recal. (%)": 60.0}}
+    noisy = fake_metrics(
+        f1={**fake_metrics()["f1"], "SDE": {"R=5%": 0.82, "R=10%": 0.95, "R=20%": 1.0}},
+        f1_band={d: {c: 0.1 for c in ("R=5%", "R=10%", "R=20%")} for d in ex.DETECTORS},
+        early_f1=0.72, early_band=0.1, table3=wrecked)
+    verdicts = {v["key"]: v for v in paper.evaluate(ex.claims(), noisy, "cpu")}
+    for key in ("controlled", "early", "unroll"):
+        assert verdicts[key]["verdict"] == paper.NOT_JUDGED, verdicts[key]
+    assert "inside the noise band" in verdicts["controlled"]["evidence"]
+    assert "does not keep accuracy" in verdicts["unroll"]["evidence"]
+    assert "\u00b1" in verdicts["early"]["evidence"]

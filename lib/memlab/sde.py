@@ -15,13 +15,28 @@ Gretton et al., 2005)::
     HSIC = trace(K H L H) / (n - 1)^2
 
 with sigma = sqrt(feature dimension) unless given.
+
+What the split-half statistic measures (see :func:`shuffle_mean`): the two halves of a
+subset hold different samples, so pairing sample i of S1 with sample i of S2 is arbitrary,
+and every shuffle value is HSIC under a uniformly random pairing, a draw from HSIC's
+permutation (null) distribution. Its mean over all m! re-orderings is exactly
+``trace(HKH) * trace(HLH) / (m - 1)^3``, a product of the two halves' kernel spreads
+(``trace(HKH) = m (1 - mean(K))`` for an RBF kernel), with no dependence term at all.
+:func:`standardised_split_half` removes that location and the shuffle spread.
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 from scipy.spatial.distance import jensenshannon
 
 MIN_SUBSET = 4
+SATURATION_TOL = 1e-3  # off-diagonal kernel sd below which a Gram matrix counts as near-constant
+
+
+class SaturationWarning(UserWarning):
+    """A kernel matrix is near-constant: every shuffle gives almost the same HSIC."""
 
 
 # ----------------------------------------------------------------------------- checks
@@ -92,6 +107,60 @@ def split_halves(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return order[:m], order[m:2 * m]
 
 
+def kernel_spread(k: np.ndarray) -> float:
+    """trace(H K H) of a square (n, n) Gram matrix K: n * (1 - mean(K)) when diag(K) = 1.
+
+    Dimensionless, in [0, n - 1] for an RBF kernel: 0 when all samples coincide
+    (K = 1 1^T), n - 1 when all are far apart relative to sigma (K = I).
+    """
+    k = np.asarray(k, dtype=np.float64)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"k: must be a square (n, n) matrix (got shape {k.shape})")
+    return float(np.trace(k) - k.sum() / len(k))
+
+
+def shuffle_mean(k: np.ndarray, l: np.ndarray) -> float:
+    """Exact mean over all m! re-orderings P of HSIC(K, P L P^T) = tr(K H P L P^T H) / (m-1)^2.
+
+    k, l: (m, m) Gram matrices of the two halves (m >= 2). Returns
+    ``kernel_spread(k) * kernel_spread(l) / (m - 1)^3``.
+
+    Derivation: with Kc = HKH and Lc = HLH, HSIC = sum_ij Kc_ij Lc_{pi(i) pi(j)} / (m-1)^2.
+    For a uniform permutation pi, E[Lc_{pi(i) pi(i)}] = tr(Lc) / m, and for i != j
+    E[Lc_{pi(i) pi(j)}] = (1^T Lc 1 - tr Lc) / (m (m-1)) = -tr(Lc) / (m (m-1)) because Lc's rows
+    sum to zero. Likewise sum_{i != j} Kc_ij = -tr(Kc). Hence
+    E = [tr(Kc) tr(Lc) / m + tr(Kc) tr(Lc) / (m (m-1))] / (m-1)^2 = tr(Kc) tr(Lc) / (m-1)^3.
+    """
+    k, l = np.asarray(k, dtype=np.float64), np.asarray(l, dtype=np.float64)
+    if k.shape != l.shape or k.ndim != 2 or k.shape[0] != k.shape[1] or len(k) < 2:
+        raise ValueError(f"k, l: must be square matrices of the same size m >= 2 (got {k.shape}, {l.shape})")
+    m = len(k)
+    return kernel_spread(k) * kernel_spread(l) / (m - 1) ** 3
+
+
+def check_saturation(k: np.ndarray, name: str = "kernel", sigma: float | None = None,
+                     tol: float = SATURATION_TOL) -> bool:
+    """Warn (:class:`SaturationWarning`) and return True when a Gram matrix (n, n) is near-constant.
+
+    Near-constant means the standard deviation of its off-diagonal entries is below ``tol``:
+    either every pair is far apart relative to sigma (K ~ I, the outputs' spread >> sigma)
+    or every pair nearly coincides (K ~ 1 1^T, spread << sigma). Then the centred kernel is
+    almost fixed and every shuffle of the split-half statistic gives the same value: the
+    dependence distribution collapses to a point and says nothing about the subset.
+    """
+    k = np.asarray(k, dtype=np.float64)
+    off = k[~np.eye(len(k), dtype=bool)]
+    if len(off) == 0 or off.std() >= tol:
+        return False
+    where = "far below" if off.mean() < 0.5 else "far above"
+    bw = f"bandwidth sigma={sigma:.3g}" if sigma is not None else "the bandwidth"
+    warnings.warn(
+        f"{name}: kernel matrix is near-constant (off-diagonal sd {off.std():.2g} < {tol:g}, "
+        f"mean {off.mean():.3g}): {bw} is {where} the spread of the outputs, so the split-half "
+        f"HSIC saturates (every shuffle gives almost the same value)", SaturationWarning, stacklevel=3)
+    return True
+
+
 def split_half_dependence(
     features: np.ndarray,
     n_shuffles: int = 200,
@@ -115,11 +184,57 @@ def split_half_dependence(
     rng = np.random.default_rng(seed)
     a, b = split_halves(len(x), int(rng.integers(2**32)))
     m = len(a)
-    kc = center(rbf_kernel(x[a], sigma))
-    lc = center(rbf_kernel(x[b], sigma))
+    k, l = rbf_kernel(x[a], sigma), rbf_kernel(x[b], sigma)
+    check_saturation(k, "first half", sigma) or check_saturation(l, "second half", sigma)
+    kc, lc = center(k), center(l)
     perms = [rng.permutation(m) for _ in range(n_shuffles)]
     out = np.array([np.vdot(kc, lc.take(p, axis=0).take(p, axis=1)) for p in perms])
     return out / (m - 1) ** 2
+
+
+def split_half_kernels(features: np.ndarray, seed: int = 0, sigma: float | None = None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """The two halves' (m, m) Gram matrices exactly as :func:`split_half_dependence` draws them."""
+    x = check_features(features)
+    sigma = _check_sigma(sigma, x.shape[1], "sigma")
+    rng = np.random.default_rng(seed)
+    a, b = split_halves(len(x), int(rng.integers(2**32)))
+    return rbf_kernel(x[a], sigma), rbf_kernel(x[b], sigma)
+
+
+def split_half_shuffle_mean(features: np.ndarray, seed: int = 0, sigma: float | None = None) -> float:
+    """Exact expectation over re-orderings of :func:`split_half_dependence`'s values (same split)."""
+    return shuffle_mean(*split_half_kernels(features, seed, sigma))
+
+
+def subset_spread(features: np.ndarray, sigma: float | None = None) -> float:
+    """Kernel spread of a whole subset (n, d): 1 - mean off-diagonal RBF kernel value, in [0, 1].
+
+    0 when all outputs coincide, 1 when all are far apart relative to sigma (default sqrt(d)).
+    """
+    x = check_features(features)
+    k = rbf_kernel(x, _check_sigma(sigma, x.shape[1], "sigma"))
+    n = len(k)
+    return float(1.0 - (k.sum() - np.trace(k)) / (n * (n - 1)))
+
+
+def standardised_split_half(
+    features: np.ndarray, n_shuffles: int = 200, seed: int = 0, sigma: float | None = None
+) -> np.ndarray:
+    """Split-half values standardised by their own permutation mean and sd: array (n_shuffles,).
+
+    z_k = (h_k - E_pi[h]) / sd(h) with E_pi the exact shuffle mean (:func:`shuffle_mean`) and
+    sd the standard deviation of the n_shuffles values h_k of :func:`split_half_dependence`
+    (same split and shuffles for the same seed). Dimensionless. The two halves' kernel
+    spreads set the location and scale of h; after standardising, only the shape of the
+    shuffle distribution is left to tell subsets apart. A collapsed distribution (sd 0,
+    saturation) gives zeros.
+    """
+    h = split_half_dependence(features, n_shuffles=n_shuffles, seed=seed, sigma=sigma)
+    sd = h.std()
+    if sd == 0:
+        return np.zeros_like(h)
+    return (h - split_half_shuffle_mean(features, seed, sigma)) / sd
 
 
 def split_half_dependence_loop(
