@@ -361,16 +361,12 @@ for i, (s, r) in enumerate(bio.items()):
         [[v["mean"] - v["low"] for v in vals], [v["high"] - v["mean"] for v in vals]]
     )
     x = np.arange(len(arms)) + i * width
-    bars = ax.bar(x, means, width, yerr=err, capsize=3, label=f"seed {s}, K={K_AUDIT}")
+    colour = f"C{i}"  # one colour per seed, as in the K-sweep figure
+    label = f"seed {s}, K={K_AUDIT}"
+    ax.bar(x, means, width, yerr=err, capsize=3, color=colour, label=label)
     # the same arms at K = 0 as outlines: what the probe gives before unlearning
     ax.bar(
-        x,
-        base,
-        width,
-        fill=False,
-        edgecolor=bars.patches[0].get_facecolor(),
-        ls="--",
-        label=f"seed {s}, K=0",
+        x, base, width, fill=False, edgecolor=colour, ls="--", label=f"seed {s}, K=0"
     )
 ax.set_xticks(np.arange(len(arms)) + width * (len(bio) - 1) / 2, arms)
 ax.set_ylabel("out acc")
@@ -758,7 +754,7 @@ heads = {
 lines = []
 for v, head in heads.items():
     if by_verdict.get(v):
-        items = "; ".join(d["claim"][0].lower() + d["claim"][1:] for d in by_verdict[v])
+        items = "; ".join(d["claim"] for d in by_verdict[v])
         lines.append(f"**{head}.** {items}.")
 state = "reached" if AUDIT["reached"] else "not reached"
 dab0 = bio[cfg.seeds[0]]["summary"][0]["prefill"]["BIO"]["auto_minus"]["mean"]
