@@ -3,9 +3,12 @@
 The notebook ``notebooks/04_qskew.py`` calls, in order:
 
 * :func:`prepare`: tokenizer, base model (pre-trained here at ``smoke``/``cpu``,
-  LLaDA/Dream at ``paper``), its "instruct" variant, and the tokenised data;
-* :func:`domain_experiment`: domain fine-tuning (Table 1 shape), the epochs
-  sweep (Figure 2), mismatched references (Table 4, base side), the ablation (Table 5);
+  LLaDA/Dream at ``paper``), its "instruct" variant, the tokenised data (WikiText-2 and
+  the standard-library docstrings of the domain-gap setting) and the regime: the base's
+  masked NLL against a unigram model's (:func:`regime`, guarded by :func:`check_context`);
+* :func:`domain_experiment`: domain fine-tuning (Table 1 shape) in the "same" or the
+  "gap" domain setting, the epochs sweep (Figure 2), mismatched references (Table 4,
+  base side), the ablation (Table 5);
 * :func:`instruction_experiment`: instruction fine-tuning (Table 2 shape) and
   Table 4's instruct side;
 * :func:`asymmetry_experiment`: fine-tuning at fixed mask ratios (Figure 1);
