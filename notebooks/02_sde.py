@@ -348,7 +348,7 @@ for feat, m in by_feature.items():
     rows[feat] = ch.sensitivity_row(cfg, m, verdicts_by[feat])
 sensitivity = pd.DataFrame(rows).T.rename_axis("outputs SDE reads")
 run.record(sensitivity=sensitivity.to_dict(orient="index"))
-display(sensitivity.round(2))
+display(sensitivity.map(lambda v: round(v, 2) if isinstance(v, float) else v))
 
 # %% [markdown]
 # Each row is judged with the same claims and noise bands as the claims table at the end
