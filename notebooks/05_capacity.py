@@ -500,10 +500,11 @@ for model, grp in text.groupby("model", sort=False):
         label=f"{model} train",
     )
 axes[0].set(
-    xscale="log",
-    xlabel="training sequences N",
-    ylabel="unintended memorisation (bits / sample)",
+    xlabel="training sequences N", ylabel="unintended memorisation (bits / sample)"
 )
+# ticks at the powers of 2 among our sizes (all ten labels would collide)
+text_ticks = [n for n in cfg.text_dataset_sizes if n & (n - 1) == 0] or cfg.text_dataset_sizes
+log_x(axes[0], text_ticks)
 axes[1].axvline(1.0, color="k", ls=":", lw=1, label="data = capacity")
 axes[1].set(xscale="log", xlabel="H(X | θ) / (alpha |θ̂|)", ylabel="loss (bits / token)")
 axes[0].legend()
@@ -610,6 +611,7 @@ for ax, (name, df) in zip(axes, (("uniform tokens", sweep), ("text", text))):
         ylabel="membership F1",
         title=name,
     )
+    ax.xaxis.set_minor_locator(NullLocator())  # minor labels collide within a decade
     ax.legend(fontsize=7)
 _ = plotting.publish(fig, "fig7", CH)
 
@@ -662,7 +664,7 @@ for model, grp in text.groupby("model", sort=False):
         label=f"{model} test",
     )
 ax.set(xlabel="training sequences N", ylabel="extraction rate")
-log_x(ax, text["n_samples"])
+log_x(ax, text_ticks)
 ax.legend()
 _ = plotting.publish(fig, "fig_extraction", CH)
 
@@ -678,7 +680,7 @@ _ = plotting.publish(fig, "fig_extraction", CH)
 # $\mathrm{TF\text{-}IDF}(d; D) = \frac{1}{|d|}\sum_{w\in d}\log\frac{|D|}{\mathrm{tf}(w, D)}$ over
 # the tokens of each training sequence, against its unintended memorisation, for the largest
 # text model on its largest training set on which at least 20 samples have positive unintended
-# memorisation (the paper uses its largest set; ours memorise nothing measurable there). The paper
+# memorisation (the paper uses its largest set; the rule keeps a plot when ours memorise little). The paper
 # finds a strong positive relation among samples with positive memorisation (rare tokens, often
 # non-English text, are memorised most).
 
@@ -734,14 +736,13 @@ cost = {"training_s_when_computed": cold_s, "this_run_s": run.elapsed()}
 run.record(cost=cost)
 from myst_nb import glue  # noqa: E402
 
-glue(f"{CH}-cold-min", f"{(cold_s + cost['this_run_s']) / 60:.0f}", display=False)
+glue(f"{CH}-cold-min", f"{cold_s / 60:.0f}", display=False)
 glue(f"{CH}-this-min", f"{cost['this_run_s'] / 60:.1f}", display=False)
 display(
     Markdown(
-        f"Training, when computed: **{cold_s / 60:.1f} min** (one thread). This run:"
-        f" {cost['this_run_s'] / 60:.1f} min. A cold run costs about the sum;"
-        " a warm one (every model cached) about this run's time when the cache was"
-        " warm."
+        f"Training recorded in the cache: **{cold_s / 60:.1f} min** of wall time (each"
+        " model on one thread of a shared machine, timed when it was trained). This run:"
+        f" {cost['this_run_s'] / 60:.1f} min; with every model cached that is the warm cost."
     )
 )
 
@@ -772,7 +773,37 @@ for _verdict, _n in paper.tally(
 # %% [markdown]
 # ## What this means
 #
-# At the profile of this page, {glue:}`05_capacity-n-reproduced` reproduced,
+# At the profile of this page, {glue:}`05_capacity-n-reproduced` of the paper's claims reproduced,
 # {glue:}`05_capacity-n-not-reproduced` did not, {glue:}`05_capacity-n-not-judged` could not be
-# judged and {glue:}`05_capacity-n-not-run` were not run. A cold run of this page costs about
-# {glue:}`05_capacity-cold-min` minutes on one thread; this run took {glue:}`05_capacity-this-min`.
+# judged and {glue:}`05_capacity-n-not-run` were not run (the Table 2 row is a sanity check,
+# counted apart). The training recorded in the cache sums to {glue:}`05_capacity-cold-min` minutes
+# of wall time, measured on a shared two-core machine where the chapter got about a quarter of a
+# core (the cold `cpu` run of 1 December 2026: 66 minutes wall, 18 CPU-minutes, with the text and
+# A.1 runs trained beside it; the paper-like run alone took 41 minutes); with every model cached
+# this run took
+# {glue:}`05_capacity-this-min` minutes. The reading below is of the `cpu` run this book publishes.
+#
+# **Uniform tokens: flat, but not yet converged.** With a fixed 3,000-step cosine schedule and data
+# sets reaching three times the capacity the paper's $\alpha$ predicts, total memorisation is flat
+# across $N$ once $H(X)$ passes what the model holds ({numref}`fig-05-1`): the earlier version of
+# this chapter saw memorisation *fall* with $N$, a sign of under-training at the larger sets, and
+# that fall is gone. Capacity is close to linear in parameters at about 2 bits per parameter
+# ({numref}`fig-05-6`). But the convergence table says what these numbers are: only the smallest
+# data set of each model converged by the doubling-window rule; the runs that set the capacities
+# still gained 5–12 % over the second half of their schedule ({numref}`fig-05-5`). Those
+# capacities are lower bounds, so the linearity, $\alpha$, precision and Appendix A.1 claims are
+# *not judged* here rather than failed, and the plateau is flat but not yet at its level.
+#
+# **3.6 bits per parameter is not testable on two cores.** The trend points up: the paper-like run
+# ($V = 2048$, $S = 64$, 80k parameters) reached about 2.5 bits per parameter after 1,500 steps and
+# was still rising; the paper trains $10^6$ steps of batch 2048. The `paper` profile exercises the
+# claim with the paper's settings on a GPU.
+#
+# **Text.** With an oracle trained on 20,934 sequences no training set contains, unintended
+# memorisation per sample falls steeply with $N$ and membership inference gets harder
+# ({numref}`fig-05-2-3`, {numref}`fig-05-7`), as in the paper, and rare-token sequences carry the
+# most of it ({numref}`fig-05-16`). With every model trained for the same 100 epochs, the larger
+# text model's test loss rises between data-to-capacity ratios of about 0.6 and 0.8 (5.49 to 5.80
+# bits per token, beyond its noise) and falls again, a double-descent bump just below ratio 1; the smaller model's test loss only falls, so
+# the claim, which asks it of every model, is not reproduced. The sigmoid law fitted to our text
+# points misses them by about 3 points of F1, more than the paper's 1–2 %.
