@@ -158,19 +158,31 @@ METHOD_HPARAMS: dict[str, dict[str, dict]] = {
     },
     "cpu": {
         # Forget/retain sets are 1/5 of the paper's (1000/9000 images). GA keeps the paper's step
-        # count in forget epochs (500 steps x 128 / 5000 = 12.8 epochs); every other method is
-        # tuned on one rule only: retain accuracy (Pre-R) within ~10 pp of the original's.
+        # count in forget epochs (500 steps x 128 / 5000 = 12.8 epochs); every other method was
+        # tuned on one rule only (TUNING below): retain accuracy (Pre-R) within 10 pp of the original's.
         "GA": dict(steps=100, lr=1e-4, batch_size=128),
         "GA+FT": dict(ga_steps=20, ga_lr=1e-4, ft_steps=100, ft_lr=0.01, batch_size=128),
-        "SalUn": dict(steps=80, lr=0.013, batch_size=128),
+        "SalUn": dict(steps=80, lr=0.0005, batch_size=128),
         "SCRUB": dict(epochs=3, msteps=2, max_steps=8, min_steps=35, lr=5e-4, batch_size=128),
         "BadTeacher": dict(epochs=1, lr=1e-3, batch_size=64),
-        "IncompTeacher": dict(epochs=5, lr=3e-4, batch_size=64),
-        "NoiseInject": dict(noise_batch=64, retain_per_class=200, batch_size=64),
-        "SSD": dict(alpha=10.0, batch_size=128),
+        "IncompTeacher": dict(epochs=5, lr=3e-5, batch_size=64),
+        "NoiseInject": dict(noise_batch=64, retain_per_class=200, batch_size=64, impair_lr=0.01),
+        "SSD": dict(alpha=200.0, batch_size=128),
         "PGU": dict(retain_samples=500, positions=32, steps=40, lr=0.01, batch_size=128),
     },
     "paper": {name: {} for name in METHODS if name != "Retrain"},
+}
+
+# How the cpu values above were chosen (issue 15), on the cpu Original (Pre-R 72.3% on 300 retain images):
+# candidates from the reference value toward milder ones, the first whose Pre-R drop is <= 10 pp kept,
+# else the one with the smallest drop. Forget accuracy and verdicts were not looked at. Pre-R drops (pp):
+TUNING = {
+    "SalUn": {"lr": {0.013: 50.3, 0.005: 38.7, 0.002: 24.0, 0.001: 16.3, 0.0005: 11.0}},
+    "SSD": {"alpha": {10.0: 59.3, 25.0: 63.3, 100.0: 11.0, 200.0: -0.7, 500.0: 0.0}},
+    "IncompTeacher": {"lr": {3e-4: 31.3, 1e-4: 21.0, 3e-5: 9.7}},
+    "NoiseInject": {"impair_lr": {0.02: 17.7, 0.01: 14.0, 0.005: 15.3, 0.002: 53.0}},
+    "BadTeacher": {"lr": {1e-3: 6.0}}, "SCRUB": {"lr": {5e-4: -1.0}}, "GA+FT": {"ft_lr": {0.01: 1.0}},
+    "PGU": {"lr": {0.01: 2.3}}, "GA": {"steps (paper's forget epochs, not tuned)": {100: 13.7}},
 }
 
 # Ranges of the methods' hyperparameters by key name (others: integers >= 0, numbers >= 0).
