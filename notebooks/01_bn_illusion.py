@@ -43,7 +43,10 @@ profile: str = "cpu"  # smoke | cpu | paper
 params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
+import time
 import warnings
+
+_cpu0 = time.process_time()  # this run's CPU time, for the cost line at the end
 
 import numpy as np
 import pandas as pd
@@ -662,8 +665,13 @@ glue(
     sum(paper.tally(verdicts, kind=paper.SANITY).values()),
     display=False,
 )
-glue(f"{cfg.chapter}-cold-min", ch.COLD_COST["minutes"], display=False)
-glue(f"{cfg.chapter}-cold-where", ch.COLD_COST["where"], display=False)
+_run_cpu_min = (time.process_time() - _cpu0) / 60
+glue(f"{cfg.chapter}-run-cpu-min", f"{_run_cpu_min:.0f}", display=False)
+glue(
+    f"{cfg.chapter}-cold-cpu-min",
+    f"{ch.COLD_TRAIN_CPU_S / 60 + _run_cpu_min:.0f}",
+    display=False,
+)
 
 # %% [markdown]
 # ## What this means
@@ -677,8 +685,12 @@ glue(f"{cfg.chapter}-cold-where", ch.COLD_COST["where"], display=False)
 # run's verdicts.
 #
 # Cost: a cold run of this chapter at `cpu` (no cached models) takes about
-# {glue:}`01_bn_illusion-cold-min` minutes ({glue:}`01_bn_illusion-cold-where`); with the
-# models cached, only the audits, probes and recoveries run.
+# {glue:}`01_bn_illusion-cold-cpu-min` CPU-minutes at one thread: the models' training,
+# measured once (`COLD_TRAIN_CPU_S` in the chapter module), plus
+# {glue:}`01_bn_illusion-run-cpu-min` for this page's own audits, probes and recoveries
+# (this run's CPU time, the whole cost once the models are cached). That is more than the
+# 12 minutes we aim for at one thread; the largest share is the Original and Retrain of
+# the regime above (about 8 CPU-minutes), which the regime needs.
 
 # %% tags=["remove-input"]
 by_verdict = {}
