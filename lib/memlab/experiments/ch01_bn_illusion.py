@@ -531,7 +531,7 @@ def figure1a_table(cfg, data: Data, models: dict, long: pd.DataFrame) -> pd.Data
         rows[m] = {"before": first.loc[m, "Pre-F"],
                    f"B={cfg.recovery_b} (test pool)": recovered_accuracy(model, data, "test", cfg.recovery_b, cfg.seed,
                                                                          cfg.recal_batch),
-                   "full retain": first.loc[m, "Post-F"]}
+                   "audit recalibration": first.loc[m, "Post-F"]}
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
