@@ -598,7 +598,7 @@ for i, (m, g) in enumerate(mis.groupby("method", sort=False)):
     ax.plot(g["layer"], g["before"], color=f"C{i % 10}", marker=".", label=m)
     ax.plot(g["layer"], g["after"], color=f"C{i % 10}", ls="--", lw=0.8)
 ax.plot(
-    [], [], color="k", ls="--", lw=0.8, label="half vs all audit images (sampling error)"
+    [], [], color="k", ls="--", lw=0.8, label="half vs all audit images (sampling)"
 )
 ax.set_yscale("log")
 ax.set_xticks(sorted(mis["layer"].unique()))
