@@ -262,3 +262,10 @@ def test_published_gaps_compare_with_the_other_chapters_pages(tmp_path, monkeypa
     assert gaps["03_canary_audit"] == pytest.approx(0.1)
     assert "not published" in gaps["01_bn_illusion"]
     assert "not published" in ch.published_gaps("smoke", None, runs, 0)["03_canary_audit"]
+
+
+def test_a_constant_lens_leaves_its_tau_hypothesis_not_judged():
+    m = {"tau_tests": {"vision_sde_agrees": {"tau": float("nan"), "low": 0.0, "high": 0.0, "n": 10},
+                       "lm_bits_tf": lenses.kendall_diff_ci(np.arange(6.0), np.ones(6), np.arange(6.0), n_boot=50)}}
+    assert _verdict("vision_sde_agrees", m)["verdict"] == paper.NOT_JUDGED
+    assert "ranks nothing" in _verdict("lm_bits_tf", m)["evidence"]

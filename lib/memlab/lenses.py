@@ -176,12 +176,16 @@ def kendall_ci(x, y, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> 
 
 
 def kendall_diff_ci(x, y, z, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:
-    """{"diff", "low", "high", "n"}: tau(x, y) - tau(x, z) over the same items, paired bootstrap interval."""
+    """{"diff", "low", "high", "n", "tau_xy", "tau_xz"}: tau(x, y) - tau(x, z), paired bootstrap interval.
+
+    A constant lens has no ranking: its tau (``tau_xy`` or ``tau_xz``) is NaN and counts 0 in ``diff``.
+    """
     a, b = _pair(x, y)
     _, c = _pair(x, z)
     stat = lambda s: _tau_or_zero(s[:, 0], s[:, 1]) - _tau_or_zero(s[:, 0], s[:, 2])  # noqa: E731
     lo, hi = metrics.bootstrap_ci(np.stack([a, b, c], axis=1), stat=stat, n_boot=n_boot, seed=seed, level=level)
-    return {"diff": _tau_or_zero(a, b) - _tau_or_zero(a, c), "low": lo, "high": hi, "n": int(len(a))}
+    return {"diff": _tau_or_zero(a, b) - _tau_or_zero(a, c), "low": lo, "high": hi, "n": int(len(a)),
+            "tau_xy": kendall_tau(a, b), "tau_xz": kendall_tau(a, c)}
 
 
 def tau_matrix(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> dict:

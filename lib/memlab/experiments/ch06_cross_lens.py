@@ -21,6 +21,7 @@ Data flow:
 """
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -569,9 +570,16 @@ def _test(m, key: str) -> dict:
     return m["tau_tests"][key]
 
 
+def _ranked(r: dict, what: str) -> None:
+    # A lens that gives every item the same value ranks nothing: the hypothesis cannot be decided.
+    if any(k in r and r[k] is not None and math.isnan(r[k]) for k in ("tau", "tau_xy", "tau_xz")):
+        raise paper.NotJudged(f"{what}: a lens has the same value for all {r['n']} items, so it ranks nothing")
+
+
 def _tau_pos(key: str, what: str):
     def check(m):
         r = _test(m, key)
+        _ranked(r, what)
         return r["low"] > 0, f"{what}: tau {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] over {r['n']} items"
     return check
 
@@ -579,6 +587,7 @@ def _tau_pos(key: str, what: str):
 def _tau_diff(key: str, what: str):
     def check(m):
         r = _test(m, key)
+        _ranked(r, what)
         paper.outside_noise(r["diff"], _half(r), what)
         return r["diff"] > 0, f"{what} = {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] over {r['n']} items"
     return check
