@@ -248,7 +248,8 @@ run.record(
     },
 )
 # GA keeps the paper's step count (its paper row is 42 pp below Retrain on retain).
-drift = (ours["Pre-R"] - orig_audit["Pre-R"]).drop(index=["Retrain", "GA"], errors="ignore")
+drift = ours["Pre-R"] - orig_audit["Pre-R"]
+drift = drift.drop(index=["Retrain", "GA"], errors="ignore")
 far = drift[drift.abs() > 10].round(1).to_dict()
 display(
     Markdown(
@@ -704,7 +705,7 @@ heads = {
 lines = []
 for v, head in heads.items():
     if by_verdict.get(v):
-        items = "; ".join(d["claim"] for d in by_verdict[v])  # claims keep their capitals
+        items = "; ".join(d["claim"] for d in by_verdict[v])
         lines.append(f"**{head}.** {items}.")
 lines.append(
     f"All of it comes from one seed of a width-{cfg.width} ResNet-18 whose original"
