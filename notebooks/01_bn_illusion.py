@@ -720,3 +720,6 @@ display(Markdown("\n\n".join(lines)))
 # retain accuracy beside them. A method whose published forget accuracy is low can still know the
 # class: here the recalibration moves it for several methods ({numref}`fig-01-1a`), and the few
 # unlabelled images that suffice ({numref}`fig-01-1b`) make it an attack, not only an audit.
+
+# %% [markdown]
+# **Exercises for this chapter:** {ref}`exercises-01-bn-illusion` ({doc}`student notebook <../exercises/01_bn_illusion>`), autograded with otter-grader; instructors see {doc}`../instructor`.

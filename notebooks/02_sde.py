@@ -562,3 +562,6 @@ display(
         " outputs cluster, the signal a confidence-based membership attack also reads."
     )
 )
+
+# %% [markdown]
+# **Exercises for this chapter:** {ref}`exercises-02-sde` ({doc}`student notebook <../exercises/02_sde>`), autograded with otter-grader; instructors see {doc}`../instructor`.

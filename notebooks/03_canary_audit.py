@@ -780,3 +780,6 @@ display(Markdown("\n\n".join(lines)))
 # prefill, and on a small model the probes differ before any unlearning. Run the paired
 # fixed-weight and teacher-forced checks, with their K = 0 baselines, before reading such a gap as
 # leakage.
+
+# %% [markdown]
+# **Exercises for this chapter:** {ref}`exercises-03-canary-audit` ({doc}`student notebook <../exercises/03_canary_audit>`), autograded with otter-grader; instructors see {doc}`../instructor`.

@@ -611,3 +611,6 @@ display(Markdown("\n\n".join(lines)))
 
 # %% tags=["remove-input"]
 display(Markdown(f"{run.elapsed():.0f} s for this run (see the provenance box)."))
+
+# %% [markdown]
+# **Exercises for this chapter:** {ref}`exercises-04-qskew` ({doc}`student notebook <../exercises/04_qskew>`), autograded with otter-grader; instructors see {doc}`../instructor`.

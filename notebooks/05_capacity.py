@@ -807,3 +807,6 @@ for _verdict, _n in paper.tally(
 # bits per token, beyond its noise) and falls again, a double-descent bump just below ratio 1; the smaller model's test loss only falls, so
 # the claim, which asks it of every model, is not reproduced. The sigmoid law fitted to our text
 # points misses them by about 3 points of F1, more than the paper's 1–2 %.
+
+# %% [markdown]
+# **Exercises for this chapter:** {ref}`exercises-05-capacity` ({doc}`student notebook <../exercises/05_capacity>`), autograded with otter-grader; instructors see {doc}`../instructor`.
