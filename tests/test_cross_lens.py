@@ -262,6 +262,10 @@ def test_published_gaps_compare_with_the_other_chapters_pages(tmp_path, monkeypa
     assert gaps["03_canary_audit"] == pytest.approx(0.1)
     assert "not published" in gaps["01_bn_illusion"]
     assert "not published" in ch.published_gaps("smoke", None, runs, 0)["03_canary_audit"]
+    staging = tmp_path / ".staging-06_cross_lens.tmp-1-ab"  # memlab run executes in a staging folder
+    staging.mkdir()
+    monkeypatch.setenv("MEMLAB_OUTPUT_DIR", str(staging))
+    assert ch.published_gaps("cpu", None, runs, 0)["03_canary_audit"] == pytest.approx(0.1)
 
 
 def test_a_constant_lens_leaves_its_tau_hypothesis_not_judged():

@@ -339,10 +339,12 @@ def published_gaps(profile: str, table: pd.DataFrame | None, runs: dict | None, 
     of the NPO sweep with chapter 3's ``ksweep`` of seed ``seed3``, where those chapters were published
     at ``profile`` beside this page. Returns {"01_bn_illusion": max |difference| or a note, "03_...": ...}.
     """
-    from memlab.results import load_results
+    from memlab.results import load_results, output_dir
 
     out: dict = {}
-    r1, r3 = load_results(ch1.CHAPTER), load_results(ch3.CHAPTER)
+    here = output_dir()  # under `memlab run` a staging folder inside the book; the pages are beside it
+    book = here.parent if here.name.startswith(".staging-") else here
+    r1, r3 = load_results(ch1.CHAPTER, book), load_results(ch3.CHAPTER, book)
     if table is not None:
         if r1 is None or r1.get("profile") != profile or "table1" not in r1.get("metrics", {}):
             out[ch1.CHAPTER] = f"not published at profile {profile} beside this page"
