@@ -574,7 +574,8 @@ def _test(m, key: str) -> dict:
 
 def _ranked(r: dict, what: str) -> None:
     # A lens that gives every item the same value ranks nothing: the hypothesis cannot be decided.
-    if any(k in r and r[k] is not None and math.isnan(r[k]) for k in ("tau", "tau_xy", "tau_xz")):
+    # (NaN in the notebook, None once saved to JSON)
+    if any(k in r and (r[k] is None or math.isnan(r[k])) for k in ("tau", "tau_xy", "tau_xz")):
         raise paper.NotJudged(f"{what}: a lens has the same value for all {r['n']} items, so it ranks nothing")
 
 
