@@ -57,8 +57,9 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
         sane = f"{sanity[REPRODUCED]} of {n_sanity}" if n_sanity else "–"
         rows.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS)
                     + f" | {sane} |")
-        kind = "its pre-registered book hypotheses (no paper; judged like claims)" if ch.hypotheses else ""
-        details += ["", f"## {ch.title}", "",
+        kind = ("its pre-registered book hypotheses (no paper; `data/papers/" + cid + ".yaml`, judged like "
+                "claims: *reproduced* means the hypothesis held)") if ch.hypotheses else ""
+        details += ["", f"## {ch.title}" + (" (book hypotheses)" if ch.hypotheses else ""), "",
                     f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb)"
                     + (f"; {kind}" if kind else "") + ".", ""]
         if res.get("claims"):
