@@ -208,7 +208,7 @@ display(
 # retain training images) within about 10 pp of the original's, as the paper's methods do
 # (Appendix I keeps retain accuracy at 85% or more). Within that, step counts and learning
 # rates stay close to the reference ratios. Forget accuracy, ΔF and the claims below were
-# never looked at while choosing them. A method that diverges (a NaN or infinite weight
+# never looked at while choosing them. A method that diverges (a non-finite weight
 # or logit) stops the chapter with an error naming it rather than being scored.
 
 # %%

@@ -588,7 +588,9 @@ if len(ours_dft) > 1:
         for d, t in ours_dft.items()
         if "Calibration" in t.index
     }
-    qs_ = {d: t.loc["Q-Skew", "AUC"] for d, t in ours_dft.items() if "Q-Skew" in t.index}
+    qs_ = {
+        d: t.loc["Q-Skew", "AUC"] for d, t in ours_dft.items() if "Q-Skew" in t.index
+    }
     if cal and qs_:
         lines.append(
             "**Same domain against domain gap.** Calibration: "

@@ -503,10 +503,14 @@ axes[0].set(
     xlabel="training sequences N", ylabel="unintended memorisation (bits / sample)"
 )
 # ticks at the powers of 2 among our sizes (all ten labels would collide)
-text_ticks = [n for n in cfg.text_dataset_sizes if n & (n - 1) == 0] or cfg.text_dataset_sizes
+text_ticks = [
+    n for n in cfg.text_dataset_sizes if n & (n - 1) == 0
+] or cfg.text_dataset_sizes
 log_x(axes[0], text_ticks)
 axes[1].axvline(1.0, color="k", ls=":", lw=1, label="data = capacity")
-axes[1].set(xscale="log", xlabel="H(X | θ) / (alpha |θ̂|)", ylabel="loss (bits / token)")
+axes[1].set(
+    xscale="log", xlabel="H(X | θ) / (alpha |θ̂|)", ylabel="loss (bits / token)"
+)
 axes[0].legend()
 axes[1].legend(ncol=2, fontsize=7)
 _ = plotting.publish(fig, "fig2_3", CH)
@@ -741,8 +745,9 @@ glue(f"{CH}-this-min", f"{cost['this_run_s'] / 60:.1f}", display=False)
 display(
     Markdown(
         f"Training recorded in the cache: **{cold_s / 60:.1f} min** of wall time (each"
-        " model on one thread of a shared machine, timed when it was trained). This run:"
-        f" {cost['this_run_s'] / 60:.1f} min; with every model cached that is the warm cost."
+        " model on one thread of a shared machine, timed when it was trained)."
+        f" This run: {cost['this_run_s'] / 60:.1f} min; with every model cached"
+        " that is the warm cost."
     )
 )
 
