@@ -15,7 +15,15 @@ is written into ``book/``; the published book never changes.
     MEMLAB_DATA_ROOT=../shared/data python benchmarks/bench_sweep.py 05_capacity --profile cpu
 
 At ``--profile smoke`` (what ``tests/test_benchmarks.py`` runs) the numbers only exercise the
-code; the committed record ``benchmarks/results/sweep.json`` is the ``cpu`` measurement.
+code. A ``cpu`` sweep of every chapter costs hours here, so the committed record
+``benchmarks/results/sweep.json`` is read from the book's real sweeps instead:
+
+    python benchmarks/bench_sweep.py --from-sweep data/sweeps/02_sde-<hash> ...
+
+For each sweep folder it takes every run's own wall time (``run.json``) and the sweep's wall
+time (``timing.json``, written by ``memlab sweep``), both measured in that one sweep, and
+reports the busy fraction ``sum(run walls) / (W * sweep wall)`` (1.0 when no worker idles) and
+the speed-up over running the same runs one after another, ``sum(run walls) / sweep wall``.
 """
 from __future__ import annotations
 
@@ -63,14 +71,51 @@ def measure(chapter: str, profile: str, seeds: int, workers: int, warm: bool, sc
             "parallel_efficiency": round(seeds * single / (workers * sweep), 3)}
 
 
+def from_sweep(sweep_dir: Path) -> dict:
+    """What one finished sweep measured: its runs' and its own wall times (seconds)."""
+    import json
+
+    spec = json.loads((sweep_dir / "sweep.json").read_text())
+    timing = json.loads((sweep_dir / "timing.json").read_text())
+    runs = {}
+    for rid in spec["runs"]:
+        meta = json.loads((sweep_dir / rid / "run.json").read_text())
+        runs[rid] = meta["wall_time_s"]
+    wall = sum(t["wall_s"] for t in timing)
+    workers = max(t.get("workers") or 1 for t in timing)
+    total = sum(runs.values())
+    return {"chapter": spec["chapter"], "profile": spec["profile"], "axes": spec["axes"], "workers": workers,
+            "threads": timing[-1].get("threads"), "run_wall_s": runs, "sweep_s": round(wall, 1),
+            "busy_fraction": round(total / (workers * wall), 3), "speedup_vs_serial": round(total / wall, 3),
+            "invocations": len(timing)}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("chapters", nargs="+", help=f"chapter ids: {', '.join(CHAPTERS)}")
+    ap.add_argument("chapters", nargs="*", help=f"chapter ids: {', '.join(CHAPTERS)}")
+    ap.add_argument("--from-sweep", nargs="+", default=None, metavar="DIR",
+                    help="record finished sweep folders instead of running anything")
     ap.add_argument("--profile", default="cpu", choices=("smoke", "cpu"))
     ap.add_argument("--seeds", type=int, default=3, help="seeds 0..S-1 in the sweep (default 3)")
     ap.add_argument("--workers", type=int, default=2, help="LocalCluster workers (default 2)")
     ap.add_argument("--warm", action="store_true", help="time the single run with its models cached")
     args = ap.parse_args(argv)
+    if args.from_sweep:
+        if args.chapters:
+            ap.error("--from-sweep DIR ... takes no chapter ids")
+        bad = [d for d in args.from_sweep if not (Path(d) / "timing.json").is_file()]
+        if bad:
+            ap.error(f"{bad[0]!r} is not a finished sweep folder (no timing.json; memlab sweep writes it)")
+        t0 = time.perf_counter()
+        rows = [from_sweep(Path(d)) for d in args.from_sweep]
+        for r in rows:
+            print(f"{r['chapter']} {r['axes']}: {len(r['run_wall_s'])} runs on {r['workers']} workers in "
+                  f"{r['sweep_s']:.0f} s (busy {r['busy_fraction']:.2f}, {r['speedup_vs_serial']:.2f}x serial)")
+        record("sweep", {"source": "finished sweeps (--from-sweep)", "rows": rows, "cores": os.cpu_count()},
+               time.perf_counter() - t0)
+        return 0
+    if not args.chapters:
+        ap.error("name at least one chapter id (or --from-sweep DIR ...)")
     bad = [c for c in args.chapters if c not in CHAPTERS]
     if bad:
         ap.error(f"unknown chapter {bad[0]!r}; choose from {', '.join(CHAPTERS)}")

@@ -67,3 +67,25 @@ def test_sweep_benchmark_refuses_an_unknown_chapter(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sweep.py"), "07_nope"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "unknown chapter '07_nope'" in out.stderr and not any(tmp_path.iterdir())
+
+
+def test_sweep_benchmark_records_a_finished_sweep(tmp_path):
+    """--from-sweep: the busy fraction and speed-up are the closed forms of the folder's own times."""
+    sweep_dir = tmp_path / "sweeps" / "05_capacity-abc"
+    runs = {"seed-0": 10.0, "seed-1": 20.0, "seed-2": 30.0}
+    for rid, wall in runs.items():
+        (sweep_dir / rid).mkdir(parents=True)
+        (sweep_dir / rid / "run.json").write_text(json.dumps({"wall_time_s": wall}))
+    (sweep_dir / "sweep.json").write_text(json.dumps(
+        {"chapter": "05_capacity", "profile": "cpu", "axes": {"seed": [0, 1, 2]}, "runs": list(runs)}))
+    (sweep_dir / "timing.json").write_text(json.dumps([{"wall_s": 35.0, "workers": 2, "threads": 1}]))
+    rec = _run("bench_sweep.py", tmp_path, "--from-sweep", str(sweep_dir))
+    (row,) = rec["measurements"]["rows"]
+    assert row["run_wall_s"] == runs and row["sweep_s"] == 35.0 and row["workers"] == 2
+    assert row["busy_fraction"] == round(60 / (2 * 35), 3) and row["speedup_vs_serial"] == round(60 / 35, 3)
+    (sweep_dir / "timing.json").unlink()
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path / "none")}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sweep.py"), "--from-sweep",
+                          str(sweep_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "is not a finished sweep folder (no timing.json" in out.stderr
+    assert not (tmp_path / "none").exists()

@@ -97,3 +97,72 @@ def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
     fp = results.chapter_code(CHAPTER)
     assert fp is not None and len(fp) == 12 and fp == results.chapter_code(CHAPTER)
     assert results.chapter_code("99_not_a_chapter") is None
+
+
+def _axis_summary() -> dict:
+    """Chapter 1 over three forget classes at seed 0: one claim held for two of them."""
+    groups = [{"params": {"forget_class": fc}, "runs": [f"fc-{fc}"], "metrics": {},
+               "claims": {"c1": {"claim": "A claim & more", "verdicts": {v: 1}, "reproduced": int(v == "reproduced"),
+                                 "n": int(v != "not judged"), "text": ""}}}
+              for fc, v in ((0, "reproduced"), (3, "reproduced"), (7, "not judged"))]
+    return {"chapter": CHAPTER, "profile": "cpu", "axes": {"forget_class": [0, 3, 7]},
+            "runs_done": ["fc-0", "fc-3", "fc-7"], "runs_failed": [], "groups": groups,
+            "provenance": {f"fc-{fc}": {"params": {"forget_class": fc, "seed": 0}, "wall_time_s": 120.0}
+                           for fc in (0, 3, 7)},
+            "timing": [{"wall_s": 300.0, "workers": 2, "executed": 3}]}
+
+
+def test_a_sweep_over_forget_classes_gets_its_own_file_and_a_column_per_class(tmp_path):
+    root = _book(tmp_path, _summary(3, 3))
+    other = tmp_path / "fc-sweep"
+    other.mkdir()
+    (other / "summary.json").write_text(json.dumps(_axis_summary()))
+    assert robustness.publish(other, root) == root / "robustness" / f"{CHAPTER}--forget_class.json"
+    assert robustness.load(root, CHAPTER)["axes"] == {"seed": [0, 1, 2]}  # the seed sweep is kept
+    section = robustness.write_page(root).read_text().split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    across = section.split("### Across forget_class")[1]
+    assert "<th>forget_class 0</th><th>forget_class 3</th><th>forget_class 7</th>" in across
+    assert "(all at seed 0)" in across and "3 runs, 6 min of runs in all, 5 min wall on 2 workers" in across
+    # the pooled count: judged in two runs (not judged in the third), reproduced in both
+    assert "<td data-label=\"forget_class 7\">not judged</td>" in across
+    assert "reproduced in 2 of 2 runs" in across and '<tr class="robust-all">' in across
+    # the scorecard's column stays the seed sweep's
+    assert "reproduced in 3 of 3 runs" in book.write_scorecard(root).read_text()
+
+
+def _sweep_run(sweep_dir, chapter: str, run: str, params: dict, code: str | None) -> None:
+    folder = sweep_dir / run
+    (folder / "results").mkdir(parents=True)
+    (folder / "chapters").mkdir()
+    (folder / "figures" / chapter).mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"chapter": chapter, "profile": "cpu", "params": params}))
+    (folder / "results" / f"{chapter}.json").write_text(json.dumps(
+        {"profile": "cpu", "claims": [], "provenance": {"chapter_code": code}}))
+    (folder / "chapters" / f"{chapter}.ipynb").write_text(f"notebook of {run}")
+    (folder / "figures" / chapter / "fig.png").write_bytes(b"png of " + run.encode())
+
+
+def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
+    from memlab import results
+
+    chapter = "05_capacity"
+    sweep_dir = tmp_path / "sweep"
+    code = results.chapter_code(chapter)
+    _sweep_run(sweep_dir, chapter, "seed-0", {"seed": 0}, code)
+    _sweep_run(sweep_dir, chapter, "seed-1", {"seed": 1}, code)
+    _sweep_run(sweep_dir, chapter, "old", {}, "0ld0ld0ld0ld")
+    (sweep_dir / "summary.json").write_text(json.dumps(
+        {"chapter": chapter, "profile": "cpu", "runs_done": ["seed-0", "seed-1", "old"]}))
+    root = tmp_path / "book"
+    for run, match in (("seed-1", "'seed-1' has parameters {'seed': 1} that are not the cpu defaults"),
+                       ("old", "ran chapter code 0ld0ld0ld0ld, not the current"),
+                       ("seed-9", "'seed-9' is not a complete run of .*runs: seed-0, seed-1, old")):
+        with pytest.raises(ConfigError, match=match):
+            robustness.publish_page(sweep_dir, run, root)
+        assert not (root / "chapters").exists() and not (root / "results").exists()
+    assert robustness.publish_page(sweep_dir, "seed-0", root) == root / "chapters" / f"{chapter}.ipynb"
+    assert (root / "chapters" / f"{chapter}.ipynb").read_text() == "notebook of seed-0"
+    assert (root / "figures" / chapter / "fig.png").read_bytes() == b"png of seed-0"
+    assert json.loads((root / "results" / f"{chapter}.json").read_text())["provenance"]["chapter_code"] == code
+    assert (sweep_dir / "seed-0" / "chapters" / f"{chapter}.ipynb").exists()  # the sweep keeps its run
+    assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left

@@ -155,6 +155,8 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     assert cli.main(argv) == 0  # the second invocation runs nothing, starts no cluster
     printed = capsys.readouterr().out
     assert "4 already complete, 0 to run" in printed and "LocalCluster" not in printed
+    (timing,) = json.loads((sweep_dir / sweep.TIMING_FILE).read_text())  # a resume that ran nothing adds none
+    assert timing["executed"] == 4 and timing["workers"] == 2 and timing["threads"] == 1
     assert (sweep_dir / "summary.json").read_bytes() == before
     assert {r: (sweep_dir / r / "run.json").stat().st_mtime_ns for r in runs} == stamps
     assert cli.main(["sweep", "--summary", str(sweep_dir)]) == 0
@@ -195,6 +197,9 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
         assert len(summary["runs_done"]) == 3
         assert summary["groups"][0]["claims"]["odd"]["text"] == "reproduced in 1 of 3 runs"
         assert summary["groups"][0]["metrics"]["total"]["mean"] == pytest.approx(3 * (1 + 2 + 3) / 3)
+        (timing,) = json.loads((sweep_dir / sweep.TIMING_FILE).read_text())
+        # the sweep's wall time covers its runs: three 4-second sleeps on two workers, one run twice
+        assert timing["executed"] == 3 and timing["cluster"] == "scheduler" and timing["wall_s"] >= 8
 
         # a failing combination: tried twice, recorded, the other run done; nothing half-written
         argv_fail = ["sweep", "fake", "--profile", "smoke", "-p", "seed", "0..1", "-p", "fail", "true,false",

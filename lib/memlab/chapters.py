@@ -13,6 +13,9 @@ class Chapter:
     # True for a chapter that reproduces no paper and judges the book's own pre-registered
     # hypotheses (data/papers/<id>.yaml "hypotheses"): the scorecard counts them apart.
     hypotheses: bool = False
+    # Shown on the Robustness page: why a chapter's seed sweep is not published (its measured cost)
+    # and what a reader with more cores should run instead.
+    sweep_note: str = ""
 
     @property
     def source(self) -> str:

@@ -465,6 +465,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only (re)write summary.json and summary.png of the sweep folder DIR")
     sw.add_argument("--publish", action="store_true",
                     help="with --summary: copy summary.json to book/robustness/<chapter>.json (the Robustness page)")
+    sw.add_argument("--page", default=None, metavar="RUN",
+                    help="with --summary DIR --publish: also publish run RUN of the sweep (its default-settings "
+                         "run, e.g. seed-0) as the chapter's page in book/, so page and sweep are one execution")
     sw.add_argument("--workers", type=int, default=None,
                     help="LocalCluster worker processes (default cores // threads)")
     sw.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each run (default 1)")
@@ -551,15 +554,20 @@ def _sweep_command(parser, args, pairs) -> None:
     if args.summary:
         if args.chapter or pairs:
             parser.error("--summary DIR takes no chapter and no -p")
-        sweep.write_summary(Path(args.summary).expanduser())
-        print(f"summary: {Path(args.summary) / 'summary.json'}")
+        if args.page and not args.publish:
+            parser.error("--page RUN goes with --summary DIR --publish")
+        folder = Path(args.summary).expanduser()
+        sweep.write_summary(folder)
+        print(f"summary: {folder / 'summary.json'}")
         if args.publish:
             from memlab import robustness
 
-            print(f"published: {robustness.publish(Path(args.summary).expanduser(), repo_root() / 'book')}")
+            if args.page:  # checked (complete, defaults, current code) before the summary is copied
+                print(f"published page: {robustness.publish_page(folder, args.page, repo_root() / 'book')}")
+            print(f"published: {robustness.publish(folder, repo_root() / 'book')}")
         return
-    if args.publish:
-        parser.error("--publish goes with --summary DIR")
+    if args.publish or args.page:
+        parser.error("--publish and --page go with --summary DIR")
     if not args.chapter:
         parser.error("the sweep needs a CHAPTER (or --summary DIR)")
     for flag, value, low in (("workers", args.workers, 1), ("threads", args.threads, 1),

@@ -1,10 +1,13 @@
 """How often each published verdict holds across seeds: sweep summaries kept in the book.
 
 ``memlab sweep --summary DIR --publish`` copies a sweep's ``summary.json`` to
-``book/robustness/<chapter>.json``. From those files :func:`write_page` builds the
-book's *Robustness* page, and :func:`claim_counts` gives the scorecard its
-"across seeds" column. A chapter without a published summary says so and names
-the command that would make one.
+``book/robustness/<chapter>.json`` (a seed sweep) or ``<chapter>--<axes>.json`` (a sweep
+over other parameters too, e.g. chapter 1's forget classes). From those files
+:func:`write_page` builds the book's *Robustness* page, and :func:`claim_counts`
+gives the scorecard its "across seeds" column. A chapter without a published
+summary says so and names the command that would make one. ``--page RUN`` also
+publishes one run of the sweep (the default settings) as the chapter's page, so
+page and sweep come from the same execution (:func:`publish_page`).
 """
 from __future__ import annotations
 
@@ -19,29 +22,95 @@ from memlab.config import ConfigError
 SEED_SWEEP = "memlab sweep {chapter} --profile cpu -p seed 0..2"
 
 
-def summary_path(book: Path, chapter: str) -> Path:
-    return Path(book) / "robustness" / f"{chapter}.json"
+def is_seed(name: str) -> bool:
+    """Whether a parameter name is a seed (``seed``, ``x.seed``, ``data_seed``): runs differing only in
+    seeds are repeats of one setting."""
+    return name == "seed" or name.endswith(".seed") or name.endswith("_seed")
 
 
-def publish(sweep_dir: Path, book: Path) -> Path:
-    """Copy ``<sweep_dir>/summary.json`` into ``<book>/robustness/<chapter>.json``; returns the copy."""
+def other_axes(summary: dict) -> list[str]:
+    """The swept parameters of a summary that are not seeds, sorted (``[]`` for a seed sweep)."""
+    return sorted(a for a in summary.get("axes", {}) if not is_seed(a))
+
+
+def summary_path(book: Path, chapter: str, axes: list[str] = ()) -> Path:
+    """``robustness/<chapter>.json`` for a seed sweep, ``<chapter>--<axis+axis>.json`` otherwise."""
+    name = chapter + (f"--{'+'.join(axes)}" if axes else "")
+    return Path(book) / "robustness" / f"{name}.json"
+
+
+def _read_summary(sweep_dir: Path) -> dict:
     src = Path(sweep_dir) / "summary.json"
     try:
-        chapter = json.loads(src.read_text())["chapter"]
+        summary = json.loads(src.read_text())
+        chapter = summary["chapter"]
     except (OSError, ValueError, KeyError):
         raise ConfigError(f"parameter 'summary': {str(src)!r} is not a sweep summary") from None
     if chapter not in CHAPTERS:
         raise ConfigError(f"parameter 'summary': chapter {chapter!r} of {str(src)!r} is not a chapter of the book")
-    dest = summary_path(book, chapter)
+    return summary
+
+
+def publish(sweep_dir: Path, book: Path) -> Path:
+    """Copy ``<sweep_dir>/summary.json`` into ``<book>/robustness/`` (:func:`summary_path`); returns the copy."""
+    summary = _read_summary(sweep_dir)
+    dest = summary_path(book, summary["chapter"], other_axes(summary))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, dest)
+    shutil.copyfile(Path(sweep_dir) / "summary.json", dest)
     return dest
 
 
+def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
+    """Publish run ``run`` of a sweep as its chapter's page in ``book``; returns the notebook's path.
+
+    The run folder holds what ``memlab run`` would have written (the same papermill execution):
+    its notebook, results JSON and figures are copied in. Refused, before anything is written,
+    unless the run is complete, its parameters resolve to the chapter's defaults at its profile
+    (the page shows the defaults), and it ran the chapter's current code.
+    """
+    from memlab import cli, config
+    from memlab.fsutil import make_tmp_dir
+    from memlab.results import chapter_code
+
+    summary = _read_summary(sweep_dir)
+    chapter, profile = summary["chapter"], summary["profile"]
+    folder = Path(sweep_dir) / run
+    try:
+        params = json.loads((folder / "run.json").read_text())["params"]
+        res = json.loads((folder / "results" / f"{chapter}.json").read_text())
+    except (OSError, ValueError, KeyError):
+        raise ConfigError(f"parameter 'page': {run!r} is not a complete run of {str(sweep_dir)!r} "
+                          f"(runs: {', '.join(summary.get('runs_done', [])) or 'none'})") from None
+    if dict(config.resolve(chapter, profile=profile, **params)) != dict(config.resolve(chapter, profile=profile)):
+        raise ConfigError(f"parameter 'page': run {run!r} has parameters {params} that are not the "
+                          f"{profile} defaults of {chapter}; the page shows the defaults (choose the run "
+                          "with the default values, e.g. seed-0)")
+    code, now = res.get("provenance", {}).get("chapter_code"), chapter_code(chapter)
+    if code != now:
+        raise ConfigError(f"parameter 'page': run {run!r} ran chapter code {code}, not the current {now}; "
+                          "re-run the sweep first")
+    book = Path(book)
+    book.mkdir(parents=True, exist_ok=True)
+    staging = make_tmp_dir(book, f"staging-{chapter}")  # clean_stale_staging knows the name
+    try:
+        for sub in ("chapters", "results", "figures"):
+            if (folder / sub).exists():
+                shutil.copytree(folder / sub, staging / sub)
+        cli._publish(staging, book, chapter)  # the same move into book/ that memlab run ends with
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return book / "chapters" / f"{chapter}.ipynb"
+
+
 def load(book: Path, chapter: str) -> dict | None:
-    """The published summary of ``chapter``, or None."""
+    """The published seed-sweep summary of ``chapter``, or None."""
     path = summary_path(book, chapter)
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def load_other_axes(book: Path, chapter: str) -> list[dict]:
+    """The published summaries of ``chapter`` over other parameters (``<chapter>--*.json``), by name."""
+    return [json.loads(p.read_text()) for p in sorted((Path(book) / "robustness").glob(f"{chapter}--*.json"))]
 
 
 def _seed_group(summary: dict) -> dict | None:
@@ -81,9 +150,13 @@ def seeds_of(summary: dict) -> list:
 
 
 def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> list[str]:
-    title = CHAPTERS[cid].title
+    title, note = CHAPTERS[cid].title, CHAPTERS[cid].sweep_note
+    note = [note, ""] if note else []
+    if CHAPTERS[cid].hypotheses:
+        note = ["These are the book's own pre-registered hypotheses: *reproduced* means the hypothesis held.", "",
+                *note]
     if summary is None:
-        return [f"## {title}", "", "No seed sweep is published for this chapter yet. Run it with "
+        return [f"## {title}", "", *note, "No seed sweep is published for this chapter yet. Run it with "
                 f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
     prov = summary.get("provenance", {}).values()
     commits = sorted({(p.get("git_commit") or "unknown")[:8] for p in prov})
@@ -93,7 +166,6 @@ def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> 
         "its claims or recipes have changed since, so the counts below are a record of that version, "
         "not of the published verdicts, and the scorecard leaves them out. Re-run with "
         f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
-    minutes = sum(p.get("wall_time_s") or 0 for p in prov) / 60
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     rows = []
     for key, c in (_seed_group(summary) or {}).get("claims", {}).items():
@@ -105,10 +177,65 @@ def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> 
             f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
     table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
              "<th>Across seeds</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
-    return [f"## {title}", "",
+    return [f"## {title}", "", *note,
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
-            f"({len(summary.get('runs_done', []))} runs, {minutes:.0f} min of runs in all; commit "
-            f"{', '.join(f'`{c}`' for c in commits)}). Failed runs: {len(summary.get('runs_failed', []))}.",
+            f"({_cost(summary)}; commit {', '.join(f'`{c}`' for c in commits)}). "
+            f"Failed runs: {len(summary.get('runs_failed', []))}.", "", *stale, table, ""]
+
+
+def _cost(summary: dict) -> str:
+    """"3 runs, 41 min of runs in all, 24 min wall on 2 workers" (the wall part when timed)."""
+    prov = summary.get("provenance", {}).values()
+    text = (f"{len(summary.get('runs_done', []))} runs, "
+            f"{sum(p.get('wall_time_s') or 0 for p in prov) / 60:.0f} min of runs in all")
+    timing = summary.get("timing") or []
+    if timing:
+        workers = sorted({t.get("workers") for t in timing if t.get("workers")})
+        text += f", {sum(t['wall_s'] for t in timing) / 60:.0f} min wall"
+        text += f" on {'/'.join(map(str, workers))} workers" if workers else ""
+    return text
+
+
+def _verdict_cell(entry: dict | None) -> str:
+    """One group's verdicts of a claim: the verdict itself for one run, else counts."""
+    if not entry:
+        return "–"
+    v = entry.get("verdicts", {})
+    if sum(v.values()) == 1:
+        return next(iter(v))
+    return ", ".join(f"{c} {name}" for name, c in sorted(v.items()))
+
+
+def _axis_section(published: dict | None, summary: dict) -> list[str]:
+    """A sweep over other parameters (chapter 1's forget classes): one column per setting."""
+    axes = other_axes(summary)
+    groups = summary.get("groups", [])
+    fixed = sorted({f"{k} {v}" for p in summary.get("provenance", {}).values()
+                    for k, v in p["params"].items() if k not in axes})
+    stale = [] if is_current(summary, published) else [
+        "**Earlier code.** These runs used an earlier version of this chapter's code than the published page.", ""]
+    labels = [", ".join(f"{a} {g['params'].get(a)}" for a in axes) for g in groups]
+    verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
+    keys = list(dict.fromkeys(k for g in groups for k in g.get("claims", {})))
+    rows = []
+    for key in keys:
+        entries = [g.get("claims", {}).get(key) for g in groups]
+        k = sum(e.get("reproduced", 0) for e in entries if e)
+        n = sum(e.get("n", 0) for e in entries if e)
+        share = "all" if n and k == n else "none" if k == 0 else "some"
+        claim = next(e.get("claim", key) for e in entries if e)
+        cells = "".join(f'<td data-label="{escape(lab)}">{escape(_verdict_cell(e))}</td>'
+                        for lab, e in zip(labels, entries))
+        rows.append(f'<tr class="robust-{share}"><td data-label="Claim">{escape(claim)}</td>'
+                    f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
+                    f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
+    head = "".join(f"<th>{escape(lab)}</th>" for lab in labels)
+    table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
+             f"{head}<th>Across settings</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    return [f"### Across {', '.join(axes)}", "",
+            f"Profile `{summary.get('profile')}`, {'; '.join(labels)}"
+            + (f" (all at {', '.join(fixed)})" if fixed else "") + f"; {_cost(summary)}. "
+            f"Failed runs: {len(summary.get('runs_failed', []))}. *n* counts the runs that judged the claim.",
             "", *stale, table, ""]
 
 
@@ -128,7 +255,10 @@ def write_page(book: Path, dest: Path | None = None) -> Path:
         "every metric, and each run's provenance).", "",
     ]
     for cid in CHAPTERS:
-        lines += _chapter_section(cid, load_results(cid, book), load(book, cid))
+        published = load_results(cid, book)
+        lines += _chapter_section(cid, published, load(book, cid))
+        for other in load_other_axes(book, cid):
+            lines += _axis_section(published, other)
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "robustness.md"
     path.write_text("\n".join(lines) + "\n")

@@ -40,6 +40,7 @@ from memlab.config import ConfigError
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"  # memlab.paper's judged verdicts
 _RUN_LOCK = threading.Lock()
 RUN_FILE = "run.json"  # written into each run folder: chapter, profile and the run's parameters
+TIMING_FILE = "timing.json"  # in the sweep folder: one entry per invocation that executed runs
 SLURM_DEFAULTS = {"cores": 4, "memory": "16GB", "walltime": "04:00:00", "gpus": 0, "queue": None,
                   "account": None, "jobs": 1, "threads": 1, "job_extra": []}
 
@@ -260,25 +261,47 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
     print(f"sweep {sweep_dir}: {len(combos)} runs, {len(combos) - len(todo)} already complete, "
           f"{len(todo)} to run")
     if todo:
-        _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf,
-                 gpus_per_run, flags)
+        start = time.perf_counter()
+        n_workers = _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf,
+                             gpus_per_run, flags)
+        _record_timing(sweep_dir, {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                   "wall_s": round(time.perf_counter() - start, 1), "executed": len(todo),
+                                   "workers": n_workers, "threads": threads, "cores": _cores(),
+                                   "cluster": "scheduler" if scheduler else (cluster or "local")})
     summary = write_summary(sweep_dir)
     print(f"summary: {sweep_dir / 'summary.json'}")
     return summary
 
 
+def _record_timing(sweep_dir: Path, entry: dict) -> None:
+    """Append one invocation's wall time (seconds, the whole Dask execution) to ``timing.json``.
+
+    A resumed sweep has several entries; ``benchmarks/bench_sweep.py --from-sweep`` reads them.
+    """
+    from memlab.results import write_json_atomic
+
+    path = sweep_dir / TIMING_FILE
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError):
+        entries = []
+    write_json_atomic(path, [*entries, entry])
+
+
 def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf, gpus_per_run,
-             flags):
+             flags) -> int | None:
+    """Run ``todo`` on Dask; returns the number of local workers (None on a scheduler or SLURM)."""
     from distributed import Client, LocalCluster
 
     local_gpu = False
     if scheduler:
-        own, client = None, Client(scheduler)
+        own, client, n = None, Client(scheduler), None
         print(f"dask: scheduler {scheduler}")
     elif cluster == "slurm":
         own = slurm_cluster(conf)
         own.scale(jobs=conf["jobs"])
         client, threads, gpus_per_run = Client(own), conf["threads"], conf["gpus"] and 1
+        n = None
         print(f"dask: SLURMCluster, {conf['jobs']} job(s) of {conf['cores']} cores, {conf['memory']}, "
               f"{conf['walltime']}, {conf['gpus']} GPU(s)")
     else:
@@ -316,6 +339,7 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
         client.close()
         if own is not None:
             own.close()
+    return n
 
 
 def _follow(client, futures: dict, sweep_dir: Path) -> None:
@@ -390,12 +414,10 @@ def interval(values: Sequence[float]) -> dict:
     return {"n": len(x), "mean": mean, "std": std, "ci95": [float(lo), float(hi)]}
 
 
-def _is_seed(name: str) -> bool:
-    return name == "seed" or name.endswith(".seed") or name.endswith("_seed")
-
-
 def summarize(sweep_dir: Path) -> dict:
     """The summary of a sweep folder: runs grouped by their non-seed parameters (see module doc)."""
+    from memlab.robustness import is_seed
+
     sweep_dir = Path(sweep_dir)
     try:
         spec = json.loads((sweep_dir / "sweep.json").read_text())
@@ -417,7 +439,7 @@ def summarize(sweep_dir: Path) -> dict:
         provenance[rid] = {"params": params, "git_commit": prov.get("git_commit"),
                            "chapter_code": prov.get("chapter_code"),
                            "date": prov.get("date"), "wall_time_s": prov.get("wall_time_s")}
-        gkey = _key({k: v for k, v in params.items() if not _is_seed(k)})
+        gkey = _key({k: v for k, v in params.items() if not is_seed(k)})
         g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {}})
         g["runs"].append(rid)
         for k, v in flatten(res.get("metrics", {})).items():
@@ -445,7 +467,15 @@ def summarize(sweep_dir: Path) -> dict:
                         "(scipy.stats.t.interval, n-1 dof)",
             "runs_done": runs, "runs_failed": failed,
             "runs_missing": len(spec["runs"]) - len(runs) - len(failed),
-            "groups": list(groups.values()), "provenance": provenance}
+            "groups": list(groups.values()), "provenance": provenance, "timing": _timing(sweep_dir)}
+
+
+def _timing(sweep_dir: Path) -> list[dict]:
+    """The sweep's invocations that executed runs (:func:`_record_timing`), oldest first."""
+    try:
+        return json.loads((sweep_dir / TIMING_FILE).read_text())
+    except (OSError, ValueError):
+        return []
 
 
 def write_summary(sweep_dir: Path) -> dict:
