@@ -131,7 +131,7 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
             "--workers", "2", "--out", str(tmp_path)]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "LocalCluster of 2 worker process(es)" in printed and "dashboard" in printed
+    assert "LocalCluster of 2 worker process(es)" in printed and "dask: dashboard http" in printed  # bokeh is pinned
     (sweep_dir,) = tmp_path.iterdir()
     runs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
     assert runs == ["lr-0.01_seed-0", "lr-0.01_seed-1", "lr-0.02_seed-0", "lr-0.02_seed-1"]
