@@ -217,3 +217,23 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
         assert not [p for p in sweep_dir.iterdir() if p.name.startswith(".")]
     finally:
         cluster.close()
+
+
+def test_a_run_of_earlier_chapter_code_is_not_complete(tmp_path):
+    """Resuming skips a run only if it ran the chapter's current code; an older run is run again."""
+    from memlab import results
+
+    folder = tmp_path / "seed-1"
+    (folder / "results").mkdir(parents=True)
+    (folder / sweep.RUN_FILE).write_text(json.dumps({"chapter": "05_capacity", "profile": "cpu",
+                                                     "params": {"seed": 1}}))
+
+    def write(code):
+        (folder / "results" / "05_capacity.json").write_text(json.dumps(
+            {"profile": "cpu", "provenance": {"chapter_code": code}}))
+
+    write(results.chapter_code("05_capacity"))
+    assert sweep.is_complete(folder, "05_capacity", "cpu", {"seed": 1})
+    assert not sweep.is_complete(folder, "05_capacity", "cpu", {"seed": 2})
+    write("0ld0ld0ld0ld")
+    assert not sweep.is_complete(folder, "05_capacity", "cpu", {"seed": 1})

@@ -115,14 +115,18 @@ def run_id(params: dict[str, Any]) -> str:
 
 
 def is_complete(folder: Path, chapter: str, profile: str, params: dict[str, Any]) -> bool:
-    """Whether ``folder`` holds a finished run of exactly these parameters (results JSON included)."""
+    """Whether ``folder`` holds a finished run of exactly these parameters (results JSON included)
+    by the chapter's current code (a run of earlier code is run again: its verdicts may differ)."""
+    from memlab.results import chapter_code
+
     try:
         meta = json.loads((folder / RUN_FILE).read_text())
         res = json.loads((folder / "results" / f"{chapter}.json").read_text())
     except (OSError, ValueError):
         return False
     return (meta.get("chapter") == chapter and meta.get("profile") == profile == res.get("profile")
-            and _key(meta.get("params")) == _key(params))
+            and _key(meta.get("params")) == _key(params)
+            and res.get("provenance", {}).get("chapter_code") == chapter_code(chapter))
 
 
 # ----------------------------------------------------------------------------- one run (a Dask task)
