@@ -32,7 +32,16 @@ CHAPTERS: dict[str, Chapter] = {
         Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
                 "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt"),
         Chapter("04_qskew", "Q-Skew membership inference on diffusion language models",
-                "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt"),
+                "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt",
+                sweep_note=(
+                    "**Why no current seed sweep.** Each seed pre-trains its own 4000-step base before "
+                    "the page's three fine-tuning runs. On the 2-core machine that publishes the book, "
+                    "one cold `cpu` run took 1535 s for the base and 3374 s for the rest, at a load "
+                    "average of 11-16, so those times are inflated. Three seeds would not fit the "
+                    "sweep budget of about 40 minutes there. The page itself already averages three "
+                    "independent fine-tuning runs (seeds s, s+1 and s+2) on one base. With 3 or more "
+                    "cores, run `memlab sweep 04_qskew --profile cpu -p seed 0..2 --workers 3`; on a "
+                    "GPU cluster, see `--cluster slurm`.")),
         Chapter("05_capacity", "How much do language models memorize?",
                 "memlab.experiments.ch05_capacity", "lm-memorization-capacity.txt"),
         Chapter("06_cross_lens", "One model, many lenses",
