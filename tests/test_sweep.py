@@ -40,7 +40,8 @@ time.sleep(cfg.sleep)
 # %%
 if cfg.fail:
     raise RuntimeError("planned failure")
-run.record(total=cfg.n * (cfg.seed + 1), nested={"half": cfg.seed / 2})
+run.record(total=cfg.n * (cfg.seed + 1), nested={"half": cfg.seed / 2},
+           default_malloc=int("MALLOC_TRIM_THRESHOLD_" not in os.environ))
 run.save(claims=[{"key": "odd", "claim": "the seed is odd", "source": "-",
                   "verdict": "reproduced" if cfg.seed % 2 else "not reproduced", "evidence": ""}])
 '''
@@ -177,6 +178,10 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
             "-p", "marker_dir", str(markers), "--scheduler", cluster.scheduler_address, "--out", str(out)]
     codes = []
     try:
+        from distributed import Client
+
+        with Client(cluster) as c:  # the precondition of the default_malloc check below
+            assert set(c.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_")).values()) == {"65536"}
         # seed 0: killed once mid-run; seeds 1, 2 run normally
         t = threading.Thread(target=lambda: codes.append(cli.main(argv)))
         t.start()
@@ -197,6 +202,8 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
         assert len(summary["runs_done"]) == 3
         assert summary["groups"][0]["claims"]["odd"]["text"] == "reproduced in 1 of 3 runs"
         assert summary["groups"][0]["metrics"]["total"]["mean"] == pytest.approx(3 * (1 + 2 + 3) / 3)
+        # the Dask workers have MALLOC_TRIM_THRESHOLD_ set; the kernels run with glibc's default
+        assert summary["groups"][0]["metrics"]["default_malloc"]["mean"] == 1
         (timing,) = json.loads((sweep_dir / sweep.TIMING_FILE).read_text())
         # the sweep's wall time covers its runs: three 4-second sleeps on two workers, one run twice
         assert timing["executed"] == 3 and timing["cluster"] == "scheduler" and timing["wall_s"] >= 8

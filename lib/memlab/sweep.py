@@ -145,6 +145,10 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
     if is_complete(final, chapter, profile, params):
         return {"run": final.name, "status": "skipped"}
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    # Dask's nanny gives its workers MALLOC_TRIM_THRESHOLD_=65536; inherited by the kernel, it makes
+    # glibc hand torch's freed tensors back to the OS at once, and each new one page-faults in again:
+    # a cpu run then spent more time in the kernel than in torch (2.7x the wall time of memlab run)
+    os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)
     if local_gpu:
         from distributed import get_worker
 
