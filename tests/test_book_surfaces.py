@@ -137,6 +137,13 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                                }).length""", width)
                         if off:
                             problems.append(f"{path} @390: {off} verdict cells outside the viewport")
+                    if path == "book/robustness.html":  # each published sweep's verdict figure, loaded
+                        n_fig = page.evaluate(
+                            """Array.from(document.querySelectorAll('figure img, div.figure img'))
+                                 .filter(i => i.complete && i.naturalWidth > 100).length""")
+                        want = len(list((book / "robustness").glob("*.png")))
+                        if n_fig != want:
+                            problems.append(f"{path} @{width}: {n_fig} figures, {want} sweeps published one")
                     if chapter is not None:
                         n_fig = page.evaluate(
                             """Array.from(document.querySelectorAll('figure img, div.figure img'))

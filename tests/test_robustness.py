@@ -166,3 +166,20 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
     assert json.loads((root / "results" / f"{chapter}.json").read_text())["provenance"]["chapter_code"] == code
     assert (sweep_dir / "seed-0" / "chapters" / f"{chapter}.ipynb").exists()  # the sweep keeps its run
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left
+
+
+def test_a_published_sweep_figure_is_shown_under_its_table(tmp_path):
+    root = _book(tmp_path, None)
+    sweep_dir = tmp_path / "with-figure"
+    sweep_dir.mkdir()
+    (sweep_dir / "summary.json").write_text(json.dumps(_summary(2, 3)))
+    (sweep_dir / "summary.png").write_bytes(b"\x89PNG fake")
+    robustness.publish(sweep_dir, root)
+    assert (root / "robustness" / f"{CHAPTER}.png").read_bytes() == b"\x89PNG fake"
+    section = robustness.write_page(root).read_text().split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    assert section.index("</table>") < section.index(f"```{{figure}} robustness/{CHAPTER}.png")
+    # re-published without a figure: the old one goes, the page shows none
+    (sweep_dir / "summary.png").unlink()
+    robustness.publish(sweep_dir, root)
+    assert not (root / "robustness" / f"{CHAPTER}.png").exists()
+    assert "{figure}" not in robustness.write_page(root).read_text()

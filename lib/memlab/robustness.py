@@ -57,6 +57,11 @@ def publish(sweep_dir: Path, book: Path) -> Path:
     dest = summary_path(book, summary["chapter"], other_axes(summary))
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(sweep_dir) / "summary.json", dest)
+    figure = Path(sweep_dir) / "summary.png"
+    if figure.exists():  # the verdict shares, shown on the page beside the table
+        shutil.copyfile(figure, dest.with_suffix(".png"))
+    else:
+        dest.with_suffix(".png").unlink(missing_ok=True)
     return dest
 
 
@@ -149,7 +154,7 @@ def seeds_of(summary: dict) -> list:
                    if p["params"].get("seed") is not None})
 
 
-def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> list[str]:
+def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict | None) -> list[str]:
     title, note = CHAPTERS[cid].title, CHAPTERS[cid].sweep_note
     note = [note, ""] if note else []
     if CHAPTERS[cid].hypotheses:
@@ -180,7 +185,9 @@ def _chapter_section(cid: str, published: dict | None, summary: dict | None) -> 
     return [f"## {title}", "", *note,
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
             f"({_cost(summary)}; commit {', '.join(f'`{c}`' for c in commits)}). "
-            f"Failed runs: {len(summary.get('runs_failed', []))}.", "", *stale, table, ""]
+            f"Failed runs: {len(summary.get('runs_failed', []))}.", "", *stale, table, "",
+            *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs, claim by claim "
+                     "(share of runs giving each verdict).")]
 
 
 def _cost(summary: dict) -> str:
@@ -196,6 +203,14 @@ def _cost(summary: dict) -> str:
     return text
 
 
+def _figure(book: Path, summary: dict, caption: str) -> list[str]:
+    """The published summary's figure as a MyST figure (nothing where none was published)."""
+    path = summary_path(book, summary["chapter"], other_axes(summary)).with_suffix(".png")
+    if not path.exists():
+        return []
+    return [f"```{{figure}} robustness/{path.name}", f":alt: {caption}", ":width: 100%", "", caption, "```", ""]
+
+
 def _verdict_cell(entry: dict | None) -> str:
     """One group's verdicts of a claim: the verdict itself for one run, else counts."""
     if not entry:
@@ -206,7 +221,7 @@ def _verdict_cell(entry: dict | None) -> str:
     return ", ".join(f"{c} {name}" for name, c in sorted(v.items()))
 
 
-def _axis_section(published: dict | None, summary: dict) -> list[str]:
+def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str]:
     """A sweep over other parameters (chapter 1's forget classes): one column per setting."""
     axes = other_axes(summary)
     groups = summary.get("groups", [])
@@ -236,7 +251,9 @@ def _axis_section(published: dict | None, summary: dict) -> list[str]:
             f"Profile `{summary.get('profile')}`, {'; '.join(labels)}"
             + (f" (all at {', '.join(fixed)})" if fixed else "") + f"; {_cost(summary)}. "
             f"Failed runs: {len(summary.get('runs_failed', []))}. *n* counts the runs that judged the claim.",
-            "", *stale, table, ""]
+            "", *stale, table, "",
+            *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs over "
+                     f"{', '.join(axes)}, pooled, claim by claim (share of runs giving each verdict).")]
 
 
 def write_page(book: Path, dest: Path | None = None) -> Path:
@@ -256,9 +273,9 @@ def write_page(book: Path, dest: Path | None = None) -> Path:
     ]
     for cid in CHAPTERS:
         published = load_results(cid, book)
-        lines += _chapter_section(cid, published, load(book, cid))
+        lines += _chapter_section(book, cid, published, load(book, cid))
         for other in load_other_axes(book, cid):
-            lines += _axis_section(published, other)
+            lines += _axis_section(book, published, other)
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "robustness.md"
     path.write_text("\n".join(lines) + "\n")

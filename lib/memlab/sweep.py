@@ -497,30 +497,41 @@ def write_summary(sweep_dir: Path) -> dict:
 
 
 def summary_figure(summary: dict, path: Path) -> Path:
-    """Per claim, the share of runs reproducing it, one bar per parameter group (book style)."""
+    """Per claim, the share of runs giving each verdict, pooled over the groups (book style).
+
+    One stacked bar per claim: reproduced, not reproduced, not judged, not run at this profile.
+    A sweep over other parameters (forget classes) is pooled here; its table shows each setting.
+    """
     import matplotlib.pyplot as plt
     import numpy as np
+    import seaborn as sns
 
     from memlab import plotting
+    from memlab.paper import VERDICTS
 
     groups = summary["groups"]
-    claims = sorted({k for g in groups for k in g["claims"]})
+    claims = sorted({k for g in groups for k in g["claims"]}, reverse=True)  # a-z from the top
+    runs = sum(len(g["runs"]) for g in groups)
     fig, ax = plotting.figure("wide")
     if not claims:
         ax.text(0.5, 0.5, "no claims in these runs", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        h = 0.8 / max(1, len(groups))
-        for i, g in enumerate(groups):
-            share = [g["claims"][c]["reproduced"] / g["claims"][c]["n"] if g["claims"].get(c, {}).get("n")
-                     else np.nan for c in claims]  # nothing drawn where no run judged the claim
-            label = ", ".join(f"{k}={v}" for k, v in g["params"].items()) or "all runs"
-            ax.barh(np.arange(len(claims)) + i * h, share, height=h, label=f"{label} (n={len(g['runs'])})")
-        ax.set_yticks(np.arange(len(claims)) + 0.4 - h / 2, claims)
+        blue, orange = sns.color_palette(plotting.PALETTE)[0], sns.color_palette(plotting.PALETTE)[3]
+        colours = dict(zip(VERDICTS, (blue, orange, "0.6", "0.88")))
+        left = np.zeros(len(claims))
+        for verdict in VERDICTS:
+            share = np.array([sum(g["claims"].get(c, {}).get("verdicts", {}).get(verdict, 0) for g in groups)
+                              for c in claims]) / max(1, runs)
+            ax.barh(np.arange(len(claims)), share, left=left, height=0.7, color=colours[verdict],
+                    label=verdict, edgecolor="white", linewidth=0.5)
+            left += share
+        ax.set_yticks(np.arange(len(claims)), claims)
         ax.set_xlim(0, 1)
-        ax.set_xlabel("share of runs reproducing the claim")
-        ax.legend(loc="lower right")
-    ax.set_title(f"{summary['chapter']} at {summary['profile']}: {len(summary['runs_done'])} runs")
-    fig.savefig(path, metadata={"Software": None})
+        ax.set_xlabel(f"share of the {runs} runs")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(VERDICTS), frameon=False)
+    varied = ", ".join(summary.get("axes", {})) or "nothing"
+    ax.set_title(f"{summary['chapter']} at {summary['profile']}: verdicts over {runs} runs (varied: {varied})")
+    fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path
