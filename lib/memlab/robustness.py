@@ -182,12 +182,22 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
             f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
     table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
              "<th>Across seeds</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
-    return [f"## {title}", "", *note,
+    return [f"## {title}", "", *note, *_seed_meaning(cid),
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
             f"({_cost(summary)}; commit {', '.join(f'`{c}`' for c in commits)}). "
             f"Failed runs: {len(summary.get('runs_failed', []))}.", "", *stale, table, "",
             *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs, claim by claim "
                      "(share of runs giving each verdict).")]
+
+
+def _seed_meaning(cid: str) -> list[str]:
+    """What a chapter's ``seed`` parameter changes, from its declaration (what differs between runs)."""
+    from memlab.config import chapter_module
+
+    param = getattr(chapter_module(cid), "SPEC", {}).get("seed")
+    if param is None or not param.doc:
+        return []
+    return [f"What differs between the runs, as the chapter declares its `seed`: {param.doc.rstrip('.')}.", ""]
 
 
 def _cost(summary: dict) -> str:
