@@ -45,7 +45,11 @@ def test_page_says_how_often_each_claim_held_and_names_the_command_where_no_swee
     section = text.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
     assert "reproduced in 2 of 3 runs" in section and "A claim &amp; more" in section
     assert "seeds 0, 1, 2" in section and "3 runs, 3 min" in section and "`abcdef12`" in section
-    assert '<tr class="robust-some">' in section
+    assert '<tr class="robust-some">' in section and "claim-kind" not in section
+    summary = _summary(3, 3)
+    summary["groups"][0]["claims"]["c1"]["kind"] = "sanity check"
+    section = robustness.write_page(_book(tmp_path / "sanity", summary)).read_text()
+    assert '<td data-label="Claim"><span class="claim-kind">sanity check</span>A claim &amp; more' in section
     other = [c for c in CHAPTERS if c != CHAPTER][0]
     assert robustness.SEED_SWEEP.format(chapter=other) in text.split(f"## {CHAPTERS[other].title}")[1]
 

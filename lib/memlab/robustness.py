@@ -177,7 +177,7 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
         k, n = c.get("reproduced", 0), c.get("n", 0)
         share = "all" if n and k == n else "none" if k == 0 else "some"
         rows.append(
-            f'<tr class="robust-{share}"><td data-label="Claim">{escape(c.get("claim", key))}</td>'
+            f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
             f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
     table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
@@ -221,6 +221,14 @@ def _figure(book: Path, summary: dict, caption: str) -> list[str]:
     return [f"```{{figure}} robustness/{path.name}", f":alt: {caption}", ":width: 100%", "", caption, "```", ""]
 
 
+def _claim_cell(entry: dict, key: str) -> str:
+    """A claim's text (HTML-escaped), labelled as the claims tables label a sanity check."""
+    from memlab.paper import SANITY
+
+    label = f'<span class="claim-kind">{SANITY}</span>' if entry.get("kind") == SANITY else ""
+    return label + escape(entry.get("claim", key))  # the label first, as in the chapters' tables
+
+
 def _verdict_cell(entry: dict | None) -> str:
     """One group's verdicts of a claim: the verdict itself for one run, else counts."""
     if not entry:
@@ -248,10 +256,10 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
         k = sum(e.get("reproduced", 0) for e in entries if e)
         n = sum(e.get("n", 0) for e in entries if e)
         share = "all" if n and k == n else "none" if k == 0 else "some"
-        claim = next(e.get("claim", key) for e in entries if e)
+        claim = _claim_cell(next(e for e in entries if e), key)
         cells = "".join(f'<td data-label="{escape(lab)}">{escape(_verdict_cell(e))}</td>'
                         for lab, e in zip(labels, entries))
-        rows.append(f'<tr class="robust-{share}"><td data-label="Claim">{escape(claim)}</td>'
+        rows.append(f'<tr class="robust-{share}"><td data-label="Claim">{claim}</td>'
                     f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
                     f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
     head = "".join(f"<th>{escape(lab)}</th>" for lab in labels)

@@ -453,7 +453,8 @@ def summarize(sweep_dir: Path) -> dict:
         for k, v in flatten(res.get("metrics", {})).items():
             g["metrics"].setdefault(k, []).append(v)
         for c in res.get("claims", []):
-            entry = g["claims"].setdefault(c["key"], {"claim": c.get("claim", ""), "verdicts": {}})
+            entry = g["claims"].setdefault(c["key"], {"claim": c.get("claim", ""), "kind": c.get("kind", "claim"),
+                                                      "verdicts": {}})
             entry["verdicts"][c["verdict"]] = entry["verdicts"].get(c["verdict"], 0) + 1
     for g in groups.values():
         n = len(g["runs"])
