@@ -197,7 +197,8 @@ def _seed_meaning(cid: str) -> list[str]:
     param = getattr(chapter_module(cid), "SPEC", {}).get("seed")
     if param is None or not param.doc:
         return []
-    return [f"What differs between the runs, as the chapter declares its `seed`: {param.doc.rstrip('.')}.", ""]
+    doc = param.doc if param.doc.endswith(".") else param.doc + "."  # "seed+1, ..." keeps its ellipsis
+    return [f"What differs between the runs, as the chapter declares its `seed`: {doc}", ""]
 
 
 def _cost(summary: dict) -> str:
