@@ -30,7 +30,18 @@ CHAPTERS: dict[str, Chapter] = {
         Chapter("02_sde", "Split-half dependence evaluation of unlearning",
                 "memlab.experiments.ch02_sde", "sde-hsic-unlearning-evaluation.txt"),
         Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
-                "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt"),
+                "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt",
+                sweep_note=(
+                    "**Why no seed sweep yet.** The chapter's `seed` sets the synthetic authors, the "
+                    "tokenizer and the pre-training, so each new seed pre-trains its own base and "
+                    "trains four LoRA adapters (two memorisation seeds, each memorised and unlearned) "
+                    "before the warm part (about 6 CPU-minutes). At the 2.4-3.4 LoRA steps per second "
+                    "measured on an idle core here, that is about 25-30 minutes per seed, so the "
+                    "3-seed sweep needs about 40 minutes on this 2-core machine and did not fit this "
+                    "round's machine time. The page already repeats memorisation and unlearning over "
+                    "two seeds (`seeds`, default [0, 1]) on one base. Run it with "
+                    "`memlab sweep 03_canary_audit --profile cpu -p seed 0..2 --workers 3` on 3 or "
+                    "more cores.")),
         Chapter("04_qskew", "Q-Skew membership inference on diffusion language models",
                 "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt",
                 sweep_note=(
