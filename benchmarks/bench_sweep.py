@@ -23,7 +23,10 @@ code. A ``cpu`` sweep of every chapter costs hours here, so the committed record
 For each sweep folder it takes every run's own wall time (``run.json``) and the sweep's wall
 time (``timing.json``, written by ``memlab sweep``), both measured in that one sweep, and
 reports the busy fraction ``sum(run walls) / (W * sweep wall)`` (1.0 when no worker idles) and
-the speed-up over running the same runs one after another, ``sum(run walls) / sweep wall``.
+the mean number of runs in flight, ``sum(run walls) / sweep wall``. The latter is the speed-up
+over serial only if concurrent runs do not slow each other down; on a machine where they do
+(shared caches and memory bandwidth), compare a run's wall time here with the same run alone
+(its chapter's ``memlab run``, or this script's first mode).
 """
 from __future__ import annotations
 
@@ -86,7 +89,7 @@ def from_sweep(sweep_dir: Path) -> dict:
     total = sum(runs.values())
     return {"chapter": spec["chapter"], "profile": spec["profile"], "axes": spec["axes"], "workers": workers,
             "threads": timing[-1].get("threads"), "run_wall_s": runs, "sweep_s": round(wall, 1),
-            "busy_fraction": round(total / (workers * wall), 3), "speedup_vs_serial": round(total / wall, 3),
+            "busy_fraction": round(total / (workers * wall), 3), "mean_runs_in_flight": round(total / wall, 3),
             "invocations": len(timing)}
 
 
@@ -110,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = [from_sweep(Path(d)) for d in args.from_sweep]
         for r in rows:
             print(f"{r['chapter']} {r['axes']}: {len(r['run_wall_s'])} runs on {r['workers']} workers in "
-                  f"{r['sweep_s']:.0f} s (busy {r['busy_fraction']:.2f}, {r['speedup_vs_serial']:.2f}x serial)")
+                  f"{r['sweep_s']:.0f} s (busy {r['busy_fraction']:.2f}, {r['mean_runs_in_flight']:.2f} runs in flight)")
         record("sweep", {"source": "finished sweeps (--from-sweep)", "rows": rows, "cores": os.cpu_count()},
                time.perf_counter() - t0)
         return 0

@@ -70,7 +70,7 @@ def test_sweep_benchmark_refuses_an_unknown_chapter(tmp_path):
 
 
 def test_sweep_benchmark_records_a_finished_sweep(tmp_path):
-    """--from-sweep: the busy fraction and speed-up are the closed forms of the folder's own times."""
+    """--from-sweep: the busy fraction and runs in flight are the closed forms of the folder's own times."""
     sweep_dir = tmp_path / "sweeps" / "05_capacity-abc"
     runs = {"seed-0": 10.0, "seed-1": 20.0, "seed-2": 30.0}
     for rid, wall in runs.items():
@@ -82,7 +82,7 @@ def test_sweep_benchmark_records_a_finished_sweep(tmp_path):
     rec = _run("bench_sweep.py", tmp_path, "--from-sweep", str(sweep_dir))
     (row,) = rec["measurements"]["rows"]
     assert row["run_wall_s"] == runs and row["sweep_s"] == 35.0 and row["workers"] == 2
-    assert row["busy_fraction"] == round(60 / (2 * 35), 3) and row["speedup_vs_serial"] == round(60 / 35, 3)
+    assert row["busy_fraction"] == round(60 / (2 * 35), 3) and row["mean_runs_in_flight"] == round(60 / 35, 3)
     (sweep_dir / "timing.json").unlink()
     env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path / "none")}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_sweep.py"), "--from-sweep",
