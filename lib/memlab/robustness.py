@@ -174,8 +174,7 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     rows = []
     for key, c in (_seed_group(summary) or {}).get("claims", {}).items():
-        k, n = c.get("reproduced", 0), c.get("n", 0)
-        share = "all" if n and k == n else "none" if k == 0 else "some"
+        share = _share(c.get("reproduced", 0), c.get("n", 0))
         rows.append(
             f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
@@ -222,6 +221,11 @@ def _figure(book: Path, summary: dict, caption: str) -> list[str]:
     return [f"```{{figure}} robustness/{path.name}", f":alt: {caption}", ":width: 100%", "", caption, "```", ""]
 
 
+def _share(k: int, n: int) -> str:
+    """The row's CSS class: the claim held in all, none or some of the n runs that judged it."""
+    return "all" if n and k == n else "none" if k == 0 else "some"
+
+
 def _claim_cell(entry: dict, key: str) -> str:
     """A claim's text (HTML-escaped), labelled as the claims tables label a sanity check."""
     from memlab.paper import SANITY
@@ -256,11 +260,10 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
         entries = [g.get("claims", {}).get(key) for g in groups]
         k = sum(e.get("reproduced", 0) for e in entries if e)
         n = sum(e.get("n", 0) for e in entries if e)
-        share = "all" if n and k == n else "none" if k == 0 else "some"
         claim = _claim_cell(next(e for e in entries if e), key)
         cells = "".join(f'<td data-label="{escape(lab)}">{escape(_verdict_cell(e))}</td>'
                         for lab, e in zip(labels, entries))
-        rows.append(f'<tr class="robust-{share}"><td data-label="Claim">{claim}</td>'
+        rows.append(f'<tr class="robust-{_share(k, n)}"><td data-label="Claim">{claim}</td>'
                     f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
                     f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
     head = "".join(f"<th>{escape(lab)}</th>" for lab in labels)
@@ -268,7 +271,8 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
              f"{head}<th>Across settings</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
     return [f"### Across {', '.join(axes)}", "",
             f"Profile `{summary.get('profile')}`, {'; '.join(labels)}"
-            + (f" (all at {', '.join(fixed)})" if fixed else "") + f"; {_cost(summary)}. "
+            + (f" (all at {', '.join(fixed)}; the rest at the profile's defaults)" if fixed
+               else " (every other parameter at the profile's default)") + f"; {_cost(summary)}. "
             f"Failed runs: {len(summary.get('runs_failed', []))}. *n* counts the runs that judged the claim.",
             "", *stale, table, "",
             *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs over "
