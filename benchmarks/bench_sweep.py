@@ -89,7 +89,8 @@ def from_sweep(sweep_dir: Path) -> dict:
     total = sum(runs.values())
     return {"chapter": spec["chapter"], "profile": spec["profile"], "axes": spec["axes"], "workers": workers,
             "threads": timing[-1].get("threads"), "run_wall_s": runs, "sweep_s": round(wall, 1),
-            "busy_fraction": round(total / (workers * wall), 3), "mean_runs_in_flight": round(total / wall, 3),
+            "busy_fraction": round(total / (workers * wall), 3),
+            "mean_runs_in_flight": round(total / wall, 3),
             "invocations": len(timing)}
 
 
@@ -113,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         rows = [from_sweep(Path(d)) for d in args.from_sweep]
         for r in rows:
             print(f"{r['chapter']} {r['axes']}: {len(r['run_wall_s'])} runs on {r['workers']} workers in "
-                  f"{r['sweep_s']:.0f} s (busy {r['busy_fraction']:.2f}, {r['mean_runs_in_flight']:.2f} runs in flight)")
+                  f"{r['sweep_s']:.0f} s (busy {r['busy_fraction']:.2f}, "
+                  f"{r['mean_runs_in_flight']:.2f} runs in flight)")
         record("sweep", {"source": "finished sweeps (--from-sweep)", "rows": rows, "cores": os.cpu_count()},
                time.perf_counter() - t0)
         return 0

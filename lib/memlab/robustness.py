@@ -52,7 +52,7 @@ def _read_summary(sweep_dir: Path) -> dict:
 
 
 def publish(sweep_dir: Path, book: Path) -> Path:
-    """Copy ``<sweep_dir>/summary.json`` into ``<book>/robustness/`` (:func:`summary_path`); returns the copy."""
+    """Copy ``<sweep_dir>/summary.json`` (and its figure) into ``<book>/robustness/``; returns the copy."""
     summary = _read_summary(sweep_dir)
     dest = summary_path(book, summary["chapter"], other_axes(summary))
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +86,8 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
     except (OSError, ValueError, KeyError):
         raise ConfigError(f"parameter 'page': {run!r} is not a complete run of {str(sweep_dir)!r} "
                           f"(runs: {', '.join(summary.get('runs_done', [])) or 'none'})") from None
-    if dict(config.resolve(chapter, profile=profile, **params)) != dict(config.resolve(chapter, profile=profile)):
+    defaults = dict(config.resolve(chapter, profile=profile))
+    if dict(config.resolve(chapter, profile=profile, **params)) != defaults:
         raise ConfigError(f"parameter 'page': run {run!r} has parameters {params} that are not the "
                           f"{profile} defaults of {chapter}; the page shows the defaults (choose the run "
                           "with the default values, e.g. seed-0)")
@@ -158,8 +159,8 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
     title, note = CHAPTERS[cid].title, CHAPTERS[cid].sweep_note
     note = [note, ""] if note else []
     if CHAPTERS[cid].hypotheses:
-        note = ["These are the book's own pre-registered hypotheses: *reproduced* means the hypothesis held.", "",
-                *note]
+        note = ["These are the book's own pre-registered hypotheses: *reproduced* means the hypothesis held.",
+                "", *note]
     if summary is None:
         return [f"## {title}", "", *note, "No seed sweep is published for this chapter yet. Run it with "
                 f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
@@ -179,14 +180,13 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
             f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
             f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
-    table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
-             "<th>Across seeds</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    table = _table(["Across seeds"], rows)
     return [f"## {title}", "", *note, *_seed_meaning(cid),
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
             f"({_cost(summary)}; commit {', '.join(f'`{c}`' for c in commits)}). "
             f"Failed runs: {len(summary.get('runs_failed', []))}.", "", *stale, table, "",
-            *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs, claim by claim "
-                     "(share of runs giving each verdict).")]
+            *_figure(book, summary, f"Verdicts of the {len(summary.get('runs_done', []))} runs, claim by "
+                     "claim (share of runs giving each verdict).")]
 
 
 def _seed_meaning(cid: str) -> list[str]:
@@ -218,7 +218,15 @@ def _figure(book: Path, summary: dict, caption: str) -> list[str]:
     path = summary_path(book, summary["chapter"], other_axes(summary)).with_suffix(".png")
     if not path.exists():
         return []
-    return [f"```{{figure}} robustness/{path.name}", f":alt: {caption}", ":width: 100%", "", caption, "```", ""]
+    return [f"```{{figure}} robustness/{path.name}", f":alt: {caption}", ":width: 100%", "", caption, "```",
+            ""]
+
+
+def _table(columns: list[str], rows: list[str]) -> str:
+    """A robustness table: Claim, Published verdict, then ``columns`` (escaped), over ``rows`` (HTML)."""
+    head = "".join(f"<th>{escape(c)}</th>" for c in ["Claim", "Published verdict", *columns])
+    return (f'<table class="memlab-claims memlab-robustness"><thead><tr>{head}</tr></thead><tbody>'
+            + "".join(rows) + "</tbody></table>")
 
 
 def _share(k: int, n: int) -> str:
@@ -251,7 +259,8 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
     fixed = sorted({f"{k} {v}" for p in summary.get("provenance", {}).values()
                     for k, v in p["params"].items() if k not in axes})
     stale = [] if is_current(summary, published) else [
-        "**Earlier code.** These runs used an earlier version of this chapter's code than the published page.", ""]
+        "**Earlier code.** These runs used an earlier version of this chapter's code than the published "
+        "page.", ""]
     labels = [", ".join(f"{a} {g['params'].get(a)}" for a in axes) for g in groups]
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     keys = list(dict.fromkeys(k for g in groups for k in g.get("claims", {})))
@@ -266,9 +275,7 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
         rows.append(f'<tr class="robust-{_share(k, n)}"><td data-label="Claim">{claim}</td>'
                     f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
                     f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
-    head = "".join(f"<th>{escape(lab)}</th>" for lab in labels)
-    table = ('<table class="memlab-claims memlab-robustness"><thead><tr><th>Claim</th><th>Published verdict</th>'
-             f"{head}<th>Across settings</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+    table = _table([*labels, "Across settings"], rows)
     return [f"### Across {', '.join(axes)}", "",
             f"Profile `{summary.get('profile')}`, {'; '.join(labels)}"
             + (f" (all at {', '.join(fixed)}; the rest at the profile's defaults)" if fixed

@@ -453,8 +453,8 @@ def summarize(sweep_dir: Path) -> dict:
         for k, v in flatten(res.get("metrics", {})).items():
             g["metrics"].setdefault(k, []).append(v)
         for c in res.get("claims", []):
-            entry = g["claims"].setdefault(c["key"], {"claim": c.get("claim", ""), "kind": c.get("kind", "claim"),
-                                                      "verdicts": {}})
+            entry = g["claims"].setdefault(c["key"], {"claim": c.get("claim", ""),
+                                                      "kind": c.get("kind", "claim"), "verdicts": {}})
             entry["verdicts"][c["verdict"]] = entry["verdicts"].get(c["verdict"], 0) + 1
     for g in groups.values():
         n = len(g["runs"])
@@ -532,7 +532,8 @@ def summary_figure(summary: dict, path: Path) -> Path:
         ax.set_xlabel(f"share of the {runs} runs")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(VERDICTS), frameon=False)
     varied = ", ".join(summary.get("axes", {})) or "nothing"
-    ax.set_title(f"{summary['chapter']} at {summary['profile']}: verdicts over {runs} runs (varied: {varied})")
+    ax.set_title(f"{summary['chapter']} at {summary['profile']}: verdicts over {runs} runs "
+                 f"(varied: {varied})")
     fig.savefig(path, metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
     return path
