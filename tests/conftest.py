@@ -51,7 +51,7 @@ def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_sou
     module (so the kernel can import it); the CLI's repository root points at ``root``.
     Returns the spec folder.
     """
-    from memlab import chapters, cli
+    from memlab import chapters, cli, runner
 
     spec_dir = root / "specs"
     spec_dir.mkdir()
@@ -61,6 +61,7 @@ def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_sou
     monkeypatch.syspath_prepend(str(spec_dir))
     monkeypatch.delitem(sys.modules, module, raising=False)  # another test file's spec of the same name
     monkeypatch.setitem(chapters.CHAPTERS, "fake", chapters.Chapter("fake", "Fake", module, "none.txt"))
-    monkeypatch.setattr(cli, "repo_root", lambda: root)
+    for module in (cli, runner):  # the commands and the runner they call
+        monkeypatch.setattr(module, "repo_root", lambda: root)
     monkeypatch.setenv("MEMLAB_PROGRESS", "0")
     return spec_dir

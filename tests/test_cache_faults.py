@@ -1,6 +1,6 @@
 """The cache under faults: corrupt entries are detected, reported once, moved aside and rebuilt;
 kill -9 during a save leaves no entry that loads and no orphan after the next start; concurrent
-writers never produce a partial entry; old entries get a checksum without changing their key."""
+writers never produce a partial entry; an entry without its checksum is corrupt, never trusted."""
 import json
 import os
 import signal
@@ -106,21 +106,48 @@ def test_corrupt_model_entry_is_retrained(tmp_path, monkeypatch):
     assert calls == [1, 1] and torch.all(m.lin.weight == 0.25)
 
 
-def test_entry_without_checksum_gets_one_and_keeps_its_key(tmp_path, monkeypatch):
-    """Entries written before checksums existed load as before and are upgraded in place."""
+_META_TAMPERS = {
+    "no-size": lambda m: m.pop("size"),
+    "no-sha256": lambda m: m.pop("sha256"),
+    "neither": lambda m: (m.pop("size"), m.pop("sha256")),
+    "size-as-text": lambda m: m.update(size=str(m["size"])),
+    "size-null": lambda m: m.update(size=None),
+    "sha256-empty": lambda m: m.update(sha256=""),
+    "sha256-not-hex": lambda m: m.update(sha256="z" * 64),
+}
+
+
+@pytest.mark.parametrize("weights_changed", [False, True], ids=["weights-intact", "weights-changed"])
+@pytest.mark.parametrize("tamper", sorted(_META_TAMPERS))
+def test_a_checksum_cannot_be_skipped(tmp_path, monkeypatch, tamper, weights_changed):
+    """Removing or spoiling size/sha256 in meta.json makes the entry corrupt, whatever the weights hold:
+    it is rebuilt, never trusted, and the load does not write a fresh checksum of what it found."""
     _fresh(monkeypatch, tmp_path)
     calls = []
-    cache.load_or_compute("ch", "feat", {"k": 2}, _compute(calls))
+    first = cache.load_or_compute("ch", "feat", {"k": 2}, _compute(calls))
     entry = tmp_path / cache.key("ch", "feat", {"k": 2})
+    if weights_changed:
+        _flip(entry)
     meta = json.loads((entry / cache.META).read_text())
-    for k in ("sha256", "size"):
-        meta.pop(k)
+    _META_TAMPERS[tamper](meta)
     (entry / cache.META).write_text(json.dumps(meta))
-    cache.load_or_compute("ch", "feat", {"k": 2}, _compute(calls))
-    assert calls == [1]
-    upgraded = json.loads((entry / cache.META).read_text())
-    assert upgraded["sha256"] == cache.sha256_file(entry / cache.WEIGHTS) and entry.name == cache.key(
-        "ch", "feat", {"k": 2})
+    with pytest.warns(cache.CacheWarning, match="rebuilding"):
+        again = cache.load_or_compute("ch", "feat", {"k": 2}, _compute(calls))
+    assert calls == [1, 1] and torch.equal(again["w"], first["w"])
+    aside = list((tmp_path / ".corrupt").iterdir())
+    assert len(aside) == 1 and json.loads((aside[0] / cache.META).read_text()) == meta  # not rewritten
+    rebuilt = cache.verify(entry)
+    assert rebuilt["sha256"] == cache.sha256_file(entry / cache.WEIGHTS)
+
+
+def test_verify_reads_but_never_writes(tmp_path, monkeypatch):
+    """Hashing happens on write only: loading a good entry leaves its meta.json byte-for-byte alone."""
+    _fresh(monkeypatch, tmp_path)
+    cache.load_or_compute("ch", "feat", {"k": 4}, _compute([]))
+    entry = tmp_path / cache.key("ch", "feat", {"k": 4})
+    before = (entry / cache.META).read_bytes(), (entry / cache.META).stat().st_mtime_ns
+    cache.load_or_compute("ch", "feat", {"k": 4}, _compute([]))
+    assert ((entry / cache.META).read_bytes(), (entry / cache.META).stat().st_mtime_ns) == before
 
 
 def test_files_follow_the_umask(tmp_path, monkeypatch):

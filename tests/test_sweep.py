@@ -50,9 +50,9 @@ PRELOAD = '''
 import sys
 from pathlib import Path
 sys.path.insert(0, {spec_dir!r})
-from memlab import chapters, cli
+from memlab import chapters, cli, runner
 chapters.CHAPTERS["fake"] = chapters.Chapter("fake", "Fake", "fake_spec", "none.txt")
-cli.repo_root = lambda: Path({root!r})
+cli.repo_root = runner.repo_root = lambda: Path({root!r})
 '''
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from memlab import robustness
+from memlab import publish, robustness
 from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError, repo_root
 
@@ -233,13 +233,14 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             raise ConfigError(f"parameter 'root': {str(root)!r} has no {need} (expected a project folder "
                               "holding _config.yml, _toc.yml and book/)")
     out = Path(out) if out else root / "_build"
+    publish.finish_pending(root / "book")  # a publish killed after its commit: its page, whole
     conf = yaml.safe_load((root / "_config.yml").read_text()) or {}
     url = repository_url(conf)
     with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
         stage = Path(tmp)
         extra_bib = sorted(f"book/bib/{p.name}" for p in (root / "book" / "bib").glob("*.bib"))
         conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
-        shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*"))
+        shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*", ".publish-*"))
         write_scorecard(root / "book", dest=stage / "book")
         robustness.write_page(root / "book", dest=stage / "book")
         for nb in (stage / "book" / "chapters").glob("*.ipynb"):

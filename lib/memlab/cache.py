@@ -17,8 +17,10 @@ cache. Files get the process umask.
 Loading: the weights are hashed and compared with the meta. A corrupt or
 incomplete entry (truncated, flipped bytes, no ``meta.json``, unreadable) is
 reported once as a :class:`CacheWarning` naming its path, moved aside into
-``<cache>/.corrupt/`` and rebuilt. An entry written before checksums existed
-is verified by loading it and gets its checksum added (its key is unchanged).
+``<cache>/.corrupt/`` and rebuilt. The checksum is required: an entry whose
+meta lacks ``size`` or ``sha256``, or gives them in the wrong type, is corrupt
+too, so deleting them cannot make an altered file trusted. Checksums are
+written only when an entry is written, never by a load.
 
 Settings: ``MEMLAB_CACHE`` (folder; default ``<repo>/data/cache/models``) and
 ``MEMLAB_NO_CACHE=1`` (never read; still write).
@@ -30,6 +32,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 import warnings
@@ -174,11 +177,11 @@ def _complete(path: Path) -> bool:
 def verify(path: Path) -> dict:
     """The meta of entry ``path`` after checking its weights' size and SHA-256; raise CorruptEntry.
 
-    An entry whose meta has no checksum (written before checksums existed)
-    passes here; :func:`_load_checked` then proves it by loading it.
+    Both checks are required: a meta without ``size`` (an int) or ``sha256``
+    (64 hex digits) cannot vouch for its weights, so the entry is corrupt.
     """
     meta_path, weights = path / META, path / WEIGHTS
-    if not weights.exists():
+    if not weights.is_file():
         raise CorruptEntry(f"no {WEIGHTS}")
     try:
         meta = json.loads(meta_path.read_text())
@@ -188,10 +191,15 @@ def verify(path: Path) -> dict:
         raise CorruptEntry(f"unreadable {META} ({type(err).__name__})") from None
     if not isinstance(meta, dict):
         raise CorruptEntry(f"{META} is not an object")
+    want_size, want_sha = meta.get("size"), meta.get("sha256")
+    if not isinstance(want_size, int) or isinstance(want_size, bool):
+        raise CorruptEntry(f"{META} has no valid size of {WEIGHTS} (found {want_size!r})")
+    if not isinstance(want_sha, str) or not re.fullmatch(r"[0-9a-f]{64}", want_sha):
+        raise CorruptEntry(f"{META} has no valid SHA-256 of {WEIGHTS}")
     size = weights.stat().st_size
-    if "size" in meta and meta["size"] != size:
-        raise CorruptEntry(f"{WEIGHTS} has {size} bytes, {META} says {meta['size']} (truncated?)")
-    if "sha256" in meta and sha256_file(weights) != meta["sha256"]:
+    if want_size != size:
+        raise CorruptEntry(f"{WEIGHTS} has {size} bytes, {META} says {want_size} (truncated?)")
+    if sha256_file(weights) != want_sha:
         raise CorruptEntry(f"{WEIGHTS} does not match the SHA-256 in {META} (modified or damaged)")
     return meta
 
@@ -226,12 +234,6 @@ def _load_checked(path: Path, chapter: str, stage: str, load: Callable[[Path], A
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         _set_aside(path, f"cannot be loaded: {type(err).__name__}: {first}")
         return None
-    if "sha256" not in meta:  # an entry from before checksums: it loaded, so record its checksum
-        weights = path / WEIGHTS
-        try:
-            _write_meta(path, {**meta, "size": weights.stat().st_size, "sha256": sha256_file(weights)})
-        except OSError:  # a read-only cache still serves
-            pass
     return result
 
 

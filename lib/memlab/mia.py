@@ -411,7 +411,7 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
         res = res if isinstance(res, tuple) else (res,)
 
         def full(t: torch.Tensor) -> torch.Tensor:
-            o = torch.full((n * p, l), float("nan"))
+            o = torch.full((n * p, l), float("nan"), dtype=t.dtype)  # keep float64 models exact
             o[keep] = t
             return o.view(n, p, l)
 

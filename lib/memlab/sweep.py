@@ -6,10 +6,10 @@
 
 VALUES is one value, a comma list ``0,1,2`` or an inclusive integer range ``0..4``; a list-valued
 parameter is one value in brackets (``[10, 30]``), several are ``[10, 30],[5]``. Every item is read
-by the chapter's SPEC (:func:`memlab.cli.parse_params`) and every combination is validated
-(:func:`memlab.cli.validate`) before any run starts.
+by the chapter's SPEC (:func:`memlab.runner.parse_params`) and every combination is validated
+(:func:`memlab.runner.validate`) before any run starts.
 
-Each run is :func:`memlab.cli.run_chapter` with ``book_dir`` a temporary folder beside its final
+Each run is :func:`memlab.runner.run_chapter` with ``book_dir`` a temporary folder beside its final
 one, ``<sweep>/<run-id>/``, renamed there only when the run is complete: a run folder is whole or
 absent. A run folder whose ``run.json`` matches its parameters is skipped on the next invocation.
 Runs are Dask tasks (worker processes, one run at a time each): a task that raises is retried once
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from memlab import cli
+from memlab import runner
 from memlab.config import ConfigError
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"  # memlab.paper's judged verdicts
@@ -80,7 +80,7 @@ def parse_axes(chapter: str, pairs: Sequence[tuple[str, str]]) -> dict[str, list
             items = [str(v) for v in range(a, b + 1)]
         else:
             items = split_values(text)
-        values = [cli.parse_params(chapter, [(name, item)])[name] for item in items]
+        values = [runner.parse_params(chapter, [(name, item)])[name] for item in items]
         if m and not all(isinstance(v, int) for v in values):
             raise ConfigError(f"parameter {name!r}: the range {text!r} needs an integer parameter")
         if len({json.dumps(v, sort_keys=True) for v in values}) < len(values):
@@ -137,7 +137,7 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
 
     Runs inside a Dask worker process. ``threads`` becomes the kernel's ``OMP_NUM_THREADS``;
     ``local_gpu`` pins the run to the GPU numbered like its LocalCluster worker. Raises
-    :class:`memlab.cli.RunError` on failure (Dask retries it once).
+    :class:`memlab.runner.RunError` on failure (Dask retries it once).
     """
     from memlab.fsutil import make_tmp_dir
 
@@ -159,7 +159,7 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
         # run_chapter sets the process's environment for its kernel: one run at a time per process,
         # even on a worker started with several threads
         with _RUN_LOCK:
-            cli.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
+            runner.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
         meta = {"chapter": chapter, "profile": profile, "params": params,
                 "wall_time_s": round(time.perf_counter() - start, 1), "threads": threads}
         (tmp / RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
@@ -247,10 +247,10 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
     combos = combinations(axes)
     # Runs on other machines (a scheduler, SLURM) check their GPU there: the login node may have none.
     remote = bool(scheduler) or cluster in ("slurm", "print")
-    with cli.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False) or remote,
+    with runner.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False) or remote,
                       flags.get("trust_remote_code", ())):
         for params in combos:  # every combination checked before any work
-            cli.validate(chapter, profile, params, cli.repo_root())
+            runner.validate(chapter, profile, params, runner.repo_root())
     conf = load_slurm_config(cluster_config) if cluster in ("slurm", "print") else None
     if cluster == "print":
         c = slurm_cluster(conf, host="127.0.0.1")  # nothing connects: the address is a placeholder
@@ -259,7 +259,7 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
         print(c.job_script())
         c.close()
         return {}
-    base = Path(out).expanduser() if out else cli.repo_root() / "data" / "sweeps"
+    base = Path(out).expanduser() if out else runner.repo_root() / "data" / "sweeps"
     sweep_dir = base / sweep_id(chapter, profile, axes)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "sweep.json").write_text(json.dumps(
