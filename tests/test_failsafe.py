@@ -125,8 +125,53 @@ def _stray_folder(root):
     return "train/unicorn"
 
 
+def _stray_bmp(root):
+    """A file torchvision's ImageFolder would decode but the check and the fingerprint never saw."""
+    from PIL import Image
+
+    Image.new("RGB", (32, 32)).save(root / "train" / "airplane" / "0000a.bmp")
+    return "train/airplane/0000a.bmp"
+
+
+def _folder_named_jpg(root):
+    (root / "test" / "cat" / "x.jpg").mkdir()
+    return "test/cat/x.jpg"
+
+
+def _broken_link(root):
+    (root / "train" / "deer" / "gone.jpg").symlink_to(root / "nowhere.jpg")
+    return "train/deer/gone.jpg"
+
+
+def _unreadable_jpeg(root):
+    f = sorted((root / "test" / "frog").iterdir())[0]
+    f.chmod(0)
+    if os.access(f, os.R_OK):  # root reads any file: make it unreadable another way
+        f.unlink()
+        os.mkfifo(f)  # a name that cannot be read as an image file
+    return f"test/frog/{f.name}"
+
+
+def _wrong_size(root):
+    from PIL import Image
+
+    f = sorted((root / "train" / "horse").iterdir())[0]
+    Image.open(f).convert("RGB").resize((48, 48)).save(f, "JPEG")
+    return f"train/horse/{f.name}"
+
+
+def _grayscale(root):
+    from PIL import Image
+
+    f = sorted((root / "test" / "ship").iterdir())[0]
+    Image.open(f).convert("L").save(f, "JPEG")
+    return f"test/ship/{f.name}"
+
+
 @pytest.mark.parametrize("damage", [_drop_train_class, _drop_test_class, _empty_class, _truncated_jpeg,
-                                    _not_a_jpeg, _empty_jpeg, _stray_folder], ids=lambda f: f.__name__[1:])
+                                    _not_a_jpeg, _empty_jpeg, _stray_folder, _stray_bmp, _folder_named_jpg,
+                                    _broken_link, _unreadable_jpeg, _wrong_size, _grayscale],
+                         ids=lambda f: f.__name__[1:])
 def test_bad_cifar_root_is_refused_naming_the_folder_or_file(tiny_cifar, isolated, monkeypatch, capsys, damage):
     book, cache_root = isolated
     named = damage(tiny_cifar)

@@ -64,8 +64,21 @@ def split_values(text: str) -> list[str]:
     return items
 
 
+MAX_RUNS = 1000  # a cpu run takes minutes to an hour: 1,000 runs is weeks of a laptop's time
+
+
+def _refuse_size(what: str, count: int) -> None:
+    if count > MAX_RUNS:
+        raise ConfigError(f"{what} makes {count:,} runs; a sweep is limited to {MAX_RUNS:,} (split it into "
+                          "smaller sweeps)")
+
+
 def parse_axes(chapter: str, pairs: Sequence[tuple[str, str]]) -> dict[str, list[Any]]:
-    """``-p NAME VALUES`` pairs as ``{name: [typed values]}``, each item read by the chapter's SPEC."""
+    """``-p NAME VALUES`` pairs as ``{name: [typed values]}``, each item read by the chapter's SPEC.
+
+    The sweep's size is known before any axis is expanded: a range, or a product of axes, of more
+    than :data:`MAX_RUNS` runs is refused with its count.
+    """
     names = [n for n, _ in pairs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
@@ -77,9 +90,12 @@ def parse_axes(chapter: str, pairs: Sequence[tuple[str, str]]) -> dict[str, list
             a, b = int(m.group(1)), int(m.group(2))
             if b < a:
                 raise ConfigError(f"parameter {name!r}: range {text!r} is empty (write A..B with A <= B)")
+            _refuse_size(f"parameter {name!r}: range {text!r}", b - a + 1)
             items = [str(v) for v in range(a, b + 1)]
         else:
             items = split_values(text)
+        _refuse_size("the sweep " + " x ".join(f"{n} ({len(v)})" for n, v in [*axes.items(), (name, items)]),
+                     math.prod([len(v) for v in axes.values()] + [len(items)]))
         values = [runner.parse_params(chapter, [(name, item)])[name] for item in items]
         if m and not all(isinstance(v, int) for v in values):
             raise ConfigError(f"parameter {name!r}: the range {text!r} needs an integer parameter")
@@ -244,6 +260,9 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
               flags: dict | None = None) -> dict:
     """Validate every combination, run those not yet complete on Dask, write and return the summary."""
     flags = dict(flags or {})
+    if out is not None and Path(out).expanduser().exists() and not Path(out).expanduser().is_dir():
+        raise ConfigError(f"parameter 'out': {str(out)!r} is a file, not a folder")
+    _refuse_size("the sweep", math.prod(len(v) for v in axes.values()))
     combos = combinations(axes)
     # Runs on other machines (a scheduler, SLURM) check their GPU there: the login node may have none.
     remote = bool(scheduler) or cluster in ("slurm", "print")

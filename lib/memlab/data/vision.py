@@ -53,15 +53,32 @@ _SIGNATURES = {".jpg": (b"\xff\xd8", b"\xff\xd9"), ".jpeg": (b"\xff\xd8", b"\xff
 
 
 def _image_files(folder: Path) -> list[tuple[str, int, int]]:
-    """(relative path, size, mtime_ns) of every image under ``folder/<class>/``, sorted."""
+    """(relative path, size, mtime_ns) of every image under ``folder/<class>/``, sorted.
+
+    This one listing is what the check, the fingerprint and the decoder all read. Hidden files
+    (``.DS_Store``) are skipped; any other entry that is not an image file of
+    :data:`IMAGE_SUFFIXES` (a ``.bmp``, a folder named ``x.jpg``, a broken link) is refused
+    naming it, so that no file is read by one and not by the other.
+    """
     out = []
     for cls in sorted(os.scandir(folder), key=lambda e: e.name):
         if not cls.is_dir():
             continue
         for f in os.scandir(cls.path):
-            if f.name.lower().endswith(IMAGE_SUFFIXES):
-                st = f.stat()
-                out.append((f"{cls.name}/{f.name}", st.st_size, st.st_mtime_ns))
+            if f.name.startswith("."):
+                continue
+            where = f"parameter 'data_root': {f.path!r}"
+            if not f.name.lower().endswith(IMAGE_SUFFIXES):
+                raise ConfigError(f"{where} is not an image memlab reads (class folders hold only "
+                                  f"{', '.join(IMAGE_SUFFIXES)} files)")
+            try:
+                is_file, st = f.is_file(), f.stat()
+            except OSError:
+                raise ConfigError(f"{where} is a broken link") from None
+            if not is_file:
+                kind = "a folder" if f.is_dir() else "not a regular file"
+                raise ConfigError(f"{where} is {kind}, not an image file")
+            out.append((f"{cls.name}/{f.name}", st.st_size, st.st_mtime_ns))
     out.sort()
     return out
 
@@ -79,23 +96,40 @@ def fingerprint(files: list[tuple[str, int, int]]) -> str:
 
 
 def _scan_headers(folder: Path, files: list[tuple[str, int, int]]) -> None:
-    """Refuse the first empty, truncated or non-image file (by its first and last bytes)."""
+    """Refuse the first empty, truncated, unreadable or non-image file (by its first and last bytes),
+    and the first image that is not 32x32 RGB (read from its header; CIFAR images are all that)."""
+    from PIL import Image
+
     for rel, size, _ in files:
         path = folder / rel
         head, tail = _SIGNATURES[path.suffix.lower()]
         if size < len(head) + len(tail):
             raise ConfigError(f"parameter 'data_root': image {str(path)!r} is empty or truncated "
                               f"({size} bytes)")
-        with open(path, "rb") as fh:
-            first = fh.read(len(head))
-            fh.seek(-len(tail), os.SEEK_END)
-            last = fh.read(len(tail))
+        try:
+            with open(path, "rb") as fh:
+                first = fh.read(len(head))
+                fh.seek(-len(tail), os.SEEK_END)
+                last = fh.read(len(tail))
+        except OSError as err:
+            raise ConfigError(f"parameter 'data_root': image {str(path)!r} cannot be read "
+                              f"({err.strerror or type(err).__name__})") from None
         if first != head:
             raise ConfigError(f"parameter 'data_root': {str(path)!r} is not a {path.suffix} image "
                               f"(starts with {first!r})")
         if last != tail:
             raise ConfigError(f"parameter 'data_root': image {str(path)!r} is truncated "
                               "(no end-of-image marker)")
+        try:
+            with Image.open(path) as im:  # lazy: reads the header only
+                shape = im.size, im.mode
+        except (OSError, ValueError, SyntaxError) as err:
+            raise ConfigError(f"parameter 'data_root': image {str(path)!r} cannot be decoded "
+                              f"({type(err).__name__})") from None
+        if shape != ((32, 32), "RGB"):
+            raise ConfigError(f"parameter 'data_root': image {str(path)!r} is {shape[0][0]}x{shape[0][1]} "
+                              f"{shape[1]}; CIFAR images are 32x32 RGB (it would be resized or converted "
+                              "silently)")
 
 
 def expected_classes(dataset: str, folder: Path, splits=SPLITS) -> list[str]:
@@ -201,21 +235,30 @@ def _array_paths(dataset: str, split: str, fp: str) -> tuple[Path, Path]:
 def decode_image_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """Decode every image under ``folder/<class>/`` to uint8 (N, 32, 32, 3) and labels (N,).
 
-    An image PIL cannot decode raises :class:`ConfigError` naming its file.
+    The files are those of :func:`_image_files` (the ones the check and the fingerprint saw),
+    labelled by the sorted class folder names as torchvision's ``ImageFolder`` labels them.
+    An image PIL cannot decode, or one that is not 32x32 RGB, raises :class:`ConfigError` naming it.
     """
     from PIL import Image
-    from torchvision.datasets import ImageFolder
 
-    index = ImageFolder(str(folder))
-    images = np.empty((len(index.samples), 32, 32, 3), dtype=np.uint8)
-    for i, (path, _) in enumerate(progress(index.samples, desc=f"decode {folder.name}")):
+    files = _image_files(folder)
+    classes = sorted({rel.split("/", 1)[0] for rel, _, _ in files})
+    label = {c: i for i, c in enumerate(classes)}
+    images = np.empty((len(files), 32, 32, 3), dtype=np.uint8)
+    targets = np.empty(len(files), dtype=np.int64)
+    for i, (rel, _, _) in enumerate(progress(files, desc=f"decode {folder.name}")):
+        path = str(folder / rel)
         try:
             with Image.open(path) as im:
-                images[i] = np.asarray(im.convert("RGB").resize((32, 32)))
+                if (im.size, im.mode) != ((32, 32), "RGB"):
+                    raise ConfigError(f"parameter 'data_root': image {path!r} is {im.size[0]}x{im.size[1]} "
+                                      f"{im.mode}; CIFAR images are 32x32 RGB")
+                images[i] = np.asarray(im)
         except (OSError, ValueError, SyntaxError) as err:  # PIL: truncated, unidentified, broken
             raise ConfigError(f"parameter 'data_root': image {path!r} cannot be decoded "
                               f"({type(err).__name__}: {err})") from None
-    return images, np.asarray(index.targets, dtype=np.int64)
+        targets[i] = label[rel.split("/", 1)[0]]
+    return images, targets
 
 
 def _image_folder_root(dataset: str, root: str | os.PathLike | None) -> Path | None:

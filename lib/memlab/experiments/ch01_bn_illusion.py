@@ -98,6 +98,9 @@ def _check_classes(cfg) -> None:
     k = NUM_CLASSES[cfg.dataset]
     if cfg.forget_class >= k:
         raise ConfigError(f"parameter 'forget_class': must be in [0, {k - 1}] for {cfg.dataset} (got {cfg.forget_class})")
+    if cfg.n_forget_classes >= k:  # unlearning needs a retain set
+        raise ConfigError(f"parameter 'n_forget_classes': must leave at least one of the {k} classes of "
+                          f"{cfg.dataset} to retain, so at most {k - 1} (got {cfg.n_forget_classes})")
     if cfg.forget_class + cfg.n_forget_classes > k:
         raise ConfigError(f"parameter 'n_forget_classes': forget_class + n_forget_classes must be <= {k} "
                           f"(got {cfg.forget_class} + {cfg.n_forget_classes})")
