@@ -308,7 +308,9 @@ if cfg.fail in ("abort", "kill"):
 if cfg.fail == "net":
     socket.getaddrinfo("example.org", 443)
 run.record(allow_download=download.allow_download(), guard=netguard.active())
-run.save(claims=[])
+
+# %%
+run.save(claims=[])  # a cell after the failing one: a dead kernel must be reported at the cell it ran
 '''
 
 

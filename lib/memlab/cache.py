@@ -35,13 +35,13 @@ import os
 import re
 import shutil
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from memlab import notices
 from memlab.config import device, repo_root
 from memlab.fsutil import apply_umask, clean_orphans, make_tmp_dir, tmp_path
 from memlab.results import git_commit, to_jsonable
@@ -128,9 +128,9 @@ def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) ->
     for what, made, now in (("torch threads", meta.get("torch_threads"), torch.get_num_threads()),
                             ("CPU kernels (ISA)", meta.get("cpu_isa"), torch.backends.cpu.get_cpu_capability())):
         if made is not None and made != now:
-            warnings.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {what} {made}, "
-                          f"this run uses {now}; its weights differ slightly from a fresh training here "
-                          "(--no-cache retrains)", stacklevel=4)
+            notices.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {what} {made}, "
+                         f"this run uses {now}; its weights differ slightly from a fresh training here "
+                         "(--no-cache retrains)", stacklevel=4)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -213,8 +213,8 @@ def _set_aside(path: Path, reason: str) -> None:
         os.rename(path, aside)
     except FileNotFoundError:  # another process moved it first
         return
-    warnings.warn(f"cache: entry {path} is corrupt or incomplete ({reason}); moved to {aside} and rebuilding "
-                  "it", CacheWarning, stacklevel=4)
+    notices.warn(f"cache: entry {path} is corrupt or incomplete ({reason}); moved to {aside} and rebuilding "
+                 "it", CacheWarning, stacklevel=4)
 
 
 def _load_checked(path: Path, chapter: str, stage: str, load: Callable[[Path], Any]) -> Any | None:

@@ -27,7 +27,7 @@ from memlab.book import BuildError, render
 from memlab import exercises
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
 from memlab.runner import (  # noqa: F401 - re-exported: the commands' library API
-    RunError, clean_stale_staging, flag_env, parse_params, parse_value, publish, run_chapter, set_flag_env,
+    RunError, book_folder, clean_stale_staging, flag_env, parse_params, parse_value, publish, run_chapter, set_flag_env,
     validate,
 )
 
@@ -106,6 +106,9 @@ def _split_param_pairs(argv: Sequence[str]) -> tuple[list[str], list[tuple[str, 
     rest, pairs, i = [], [], 0
     while i < len(argv):
         if argv[i] in ("-p", "--param") and i + 2 < len(argv) and not argv[i + 1].startswith("-"):
+            if argv[i + 2].startswith("--"):  # `-p base_model --dry-run`: the value was left out
+                raise ConfigError(f"parameter {argv[i + 1]!r}: no value given (-p NAME VALUE; the next word "
+                                  f"{argv[i + 2]!r} is an option)")
             pairs.append((argv[i + 1], argv[i + 2]))
             i += 3
         else:
@@ -201,14 +204,25 @@ def _sweep_command(parser, args, pairs) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    argv, pairs = _split_param_pairs(argv)
+    try:
+        argv, pairs = _split_param_pairs(argv)
+    except ConfigError as e:
+        print(f"memlab: error: {e}", file=sys.stderr)
+        return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     if pairs and args.command not in ("run", "sweep"):
         parser.error(f"-p is an option of 'memlab run', not of 'memlab {args.command}'")
+    env_before = dict(os.environ)
     try:
         if args.command == "run":
             params = parse_params(args.chapter, pairs)
+            book_folder(args.book_dir, repo_root())  # an empty or file --book-dir is refused, dry run too
+            if args.cache_dir is not None:  # before validation, which checks the folder can be written
+                if not args.cache_dir.strip():
+                    raise ConfigError("parameter 'cache-dir': is empty (give a folder, or leave --cache-dir "
+                                      "out for data/cache/models)")
+                os.environ["MEMLAB_CACHE"] = str(Path(args.cache_dir).expanduser().absolute())
             if args.dry_run:
                 import json
 
@@ -216,8 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     _, cfg = validate(args.chapter, args.profile, params, repo_root())
                 print(json.dumps(cfg.to_dict(), indent=1))
                 return 0
-            if args.cache_dir:
-                os.environ["MEMLAB_CACHE"] = str(Path(args.cache_dir).expanduser().resolve())
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code)
         elif args.command == "book":
@@ -254,6 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("memlab: interrupted; the published book/ is unchanged", file=sys.stderr)
         return 130
+    finally:  # --cache-dir and the flags hold for this command only (main is also called in-process)
+        os.environ.clear()
+        os.environ.update(env_before)
 
 
 if __name__ == "__main__":  # pragma: no cover

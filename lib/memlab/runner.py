@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from memlab import notices
 from memlab.chapters import CHAPTERS
-from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
+from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, path_kind, repo_root
 from memlab.publish import PublishError, clean_stale_staging, publish
 
 
@@ -131,11 +133,35 @@ def validate(chapter: str, profile: str, params: dict[str, Any], root: Path) -> 
         raise ConfigError(f"chapter {chapter!r}: the notebook's parameters cell must declare profile and "
                           f"params (missing: {', '.join(missing)})")
     data_env = os.environ.get("MEMLAB_DATA_ROOT")
-    if data_env and not Path(data_env).expanduser().is_dir():
+    if data_env and path_kind(data_env) != "folder":
         raise ConfigError(f"parameter 'data_root': MEMLAB_DATA_ROOT={data_env!r} is not a folder")
+    check_cache_folder()
     cfg = resolve(chapter, profile=profile, **params)
     _preflight(chapter, cfg)
     return nb, cfg
+
+
+def check_cache_folder() -> None:
+    """Refuse, before any work, a model cache (``--cache-dir`` / ``MEMLAB_CACHE``) that is a file, sits
+    under a file, or cannot be written (a probe file is created and removed: permission bits alone do
+    not tell, since root writes through them and a read-only mount refuses everyone)."""
+    from memlab.cache import cache_path
+    from memlab.fsutil import tmp_path
+
+    folder = cache_path()
+    existing = next((p for p in (folder, *folder.parents) if path_kind(p) is not None), None)
+    if existing == folder and path_kind(folder) != "folder":
+        raise ConfigError(f"parameter 'cache-dir': {str(folder)!r} is a file, not a folder")
+    if existing is None or path_kind(existing) != "folder":
+        raise ConfigError(f"parameter 'cache-dir': {str(folder)!r} cannot be a folder "
+                          f"({str(existing)!r} is a file)")
+    probe = tmp_path(existing, "write-probe")
+    try:
+        probe.touch(exist_ok=False)
+        probe.unlink()
+    except OSError as err:
+        raise ConfigError(f"parameter 'cache-dir': cannot write to {str(existing)!r} "
+                          f"({err.strerror or type(err).__name__}); choose a writable --cache-dir") from None
 
 
 def _preflight(chapter: str, cfg) -> None:
@@ -198,8 +224,10 @@ def _dead_cell(nb) -> int | None:
     """Index of the cell that was running when the kernel died: the last one papermill started."""
     if nb is None:
         return None
+    # A start time, not the status: papermill's notebook_complete marks every cell still pending as
+    # "completed" after a dead kernel, but only cells that started have a start_time.
     started = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-               and c.metadata.get("papermill", {}).get("status", "pending") != "pending"]
+               and c.metadata.get("papermill", {}).get("start_time")]
     return started[-1] if started else None
 
 
@@ -226,12 +254,13 @@ def _failing_cell(err: BaseException, nb=None, returncode: int | None = None) ->
     return f"{where}: {ename}: {last}" if last else f"{where}: {ename}"
 
 
-def _kernel_manager_class(log_path: Path | None = None):
+def _kernel_manager_class(log_path: Path | None = None, runtime: Path | None = None):
     """A kernel manager that remembers how its kernel process ended (for :func:`_failing_cell`).
 
     With ``log_path``, the kernel process's own stderr (C-library messages such
     as "double free or corruption", and the Python stack that faulthandler
-    prints on a fatal signal) goes to that file.
+    prints on a fatal signal) goes to that file; with ``runtime``, its
+    connection file goes into that folder.
     """
     from jupyter_client.manager import AsyncKernelManager
 
@@ -239,6 +268,10 @@ def _kernel_manager_class(log_path: Path | None = None):
         last_returncode: int | None = None
 
         async def start_kernel(self, **kw):
+            if runtime is not None and not self.connection_file:
+                # jupyter_client would make it with mkstemp in /tmp, where a run killed with -9 leaves
+                # it for good; in the staging folder, the next run's clean-up removes it
+                self.connection_file = str(runtime / f"kernel-{os.getpid()}-{id(self):x}.json")
             if log_path is not None and "stderr" not in kw:
                 kw["stderr"] = open(log_path, "ab")  # noqa: SIM115 - the kernel process owns it from here
             return await super().start_kernel(**kw)
@@ -251,6 +284,12 @@ def _kernel_manager_class(log_path: Path | None = None):
             return alive
 
     return RecordingKernelManager
+
+
+def _print_notices(path: Path) -> None:
+    """The kernel's cache warnings (:mod:`memlab.notices`), one ``memlab: warning:`` line each."""
+    for line in notices.read(path):
+        print(f"memlab: warning: {line}", file=sys.stderr)
 
 
 def book_folder(book_dir: str | os.PathLike | None, root: Path) -> Path:
@@ -270,10 +309,20 @@ def book_folder(book_dir: str | os.PathLike | None, root: Path) -> Path:
     return path
 
 
+def check_trusted_names(names: Sequence[str]) -> None:
+    """Refuse a ``--trust-remote-code`` value that is not one model's name (empty, a wildcard, a list)."""
+    for name in names:
+        if not name.strip() or any(c in name for c in "*?[],") or name != name.strip():
+            raise ConfigError(f"parameter 'trust-remote-code': {name!r} is not a model name; name each model "
+                              "whose own code may run, e.g. --trust-remote-code GSAI-ML/LLaDA-8B-Base "
+                              "(repeat the flag for several)")
+
+
 def set_flag_env(allow_download: bool, allow_cpu: bool, trust_remote_code: Sequence[str]) -> None:
     """The run's flags as environment variables: the preflight, the kernel and its loaders read them."""
     from memlab.data.download import allow_download as env_allows
 
+    check_trusted_names(trust_remote_code)
     os.environ["MEMLAB_ALLOW_DOWNLOAD"] = "1" if allow_download or env_allows() else "0"
     if allow_cpu:
         os.environ["MEMLAB_ALLOW_CPU"] = "1"
@@ -338,6 +387,8 @@ def run_chapter(
 
         staging = make_tmp_dir(book, f"staging-{chapter}")  # .staging-<id>.tmp-<pid>-<hex>, umask mode
         os.environ["MEMLAB_OUTPUT_DIR"] = str(staging)
+        notice_file = staging / "notices.log"
+        os.environ[notices.ENV] = str(notice_file)
         if no_cache:
             os.environ["MEMLAB_NO_CACHE"] = "1"
         if not allow_download:
@@ -360,13 +411,14 @@ def run_chapter(
         parameters = {"profile": profile, "params": parse_params(chapter, list(params.items()))}
         start = time.perf_counter()
         kernel_log = staging / "kernel.log"
-        km_class = _kernel_manager_class(kernel_log)
+        km_class = _kernel_manager_class(kernel_log, staging)
         try:
             papermill.execute_notebook(
                 str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
                 progress_bar=False, log_output=log_output, report_mode=False, kernel_manager_class=km_class,
             )
         except Exception as err:  # noqa: BLE001 - every failure kind becomes one named line
+            _print_notices(notice_file)
             failed = failed_folder(book) / f"{chapter}.ipynb"
             failed.parent.mkdir(parents=True, exist_ok=True)
             executed = None
@@ -383,6 +435,7 @@ def run_chapter(
                 shutil.copy(kernel_log, log_copy)
                 saved += f"; kernel log: {log_copy}"
             raise RunError(f"chapter {chapter!r} failed in {where} ({saved})") from None
+        _print_notices(notice_file)
         src_nb.unlink()
         try:
             publish(staging, book, chapter)

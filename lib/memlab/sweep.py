@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from memlab import runner
-from memlab.config import ConfigError
+from memlab.config import ConfigError, path_kind
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"  # memlab.paper's judged verdicts
 _RUN_LOCK = threading.Lock()
@@ -260,7 +260,7 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
               flags: dict | None = None) -> dict:
     """Validate every combination, run those not yet complete on Dask, write and return the summary."""
     flags = dict(flags or {})
-    if out is not None and Path(out).expanduser().exists() and not Path(out).expanduser().is_dir():
+    if out is not None and path_kind(out) not in (None, "folder"):
         raise ConfigError(f"parameter 'out': {str(out)!r} is a file, not a folder")
     _refuse_size("the sweep", math.prod(len(v) for v in axes.values()))
     combos = combinations(axes)

@@ -177,11 +177,10 @@ def wikitext_articles(text: str) -> list[str]:
 
 def _report_damaged(path: Path, err: BaseException) -> None:
     """Warn once that a cached file is unreadable and remove it, so it is rebuilt."""
-    import warnings
-
+    from memlab import notices
     from memlab.cache import CacheWarning
 
-    warnings.warn(f"cache: {path} is damaged ({type(err).__name__}); rebuilding it", CacheWarning, stacklevel=3)
+    notices.warn(f"cache: {path} is damaged ({type(err).__name__}); rebuilding it", CacheWarning, stacklevel=3)
     path.unlink(missing_ok=True)
 
 

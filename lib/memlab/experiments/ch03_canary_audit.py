@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from memlab import cache, canaries, lm, paper
-from memlab.config import SEED_HIGH, ConfigError, Param, device, seed_everything
+from memlab.config import SEED_HIGH, ConfigError, Param, device, path_kind, seed_everything
 from memlab.data import authors as A
 from memlab.unlearning import npo
 
@@ -133,9 +133,7 @@ CHECKS = [_check_sweep, _check_head, _check_models, _check_templates]
 
 
 def _offline_available(name: str) -> bool:
-    from pathlib import Path
-
-    if Path(name).expanduser().is_dir():
+    if path_kind(name) == "folder":
         return True
     try:
         from huggingface_hub import try_to_load_from_cache

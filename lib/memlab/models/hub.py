@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlab.config import ConfigError
+from memlab.config import ConfigError, path_kind
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class HubRef:
 
 def split_revision(spec: str) -> tuple[str, str | None]:
     """``"org/name@abc123"`` -> ``("org/name", "abc123")``; no ``@`` -> ``(spec, None)``."""
-    if "@" in spec and not Path(spec).expanduser().exists():
+    if "@" in spec and path_kind(spec) is None:
         name, rev = spec.rsplit("@", 1)
         return name, rev or None
     return spec, None
@@ -64,7 +64,7 @@ def cached_revision(name: str, revision: str | None = None) -> str | None:
 
 def resolve(spec: str, param: str, allow_download: bool | None = None) -> HubRef:
     """Where ``spec`` loads from, or ConfigError naming ``param`` (before any weights are read)."""
-    if Path(spec).expanduser().is_dir():
+    if path_kind(spec) == "folder":
         return HubRef(str(Path(spec).expanduser()), None, True)
     name, rev = split_revision(spec)
     cached = cached_revision(name, rev)
@@ -83,7 +83,7 @@ def remote_code_allowed(name: str) -> bool:
     """Whether the user named ``name`` with ``--trust-remote-code`` (``MEMLAB_TRUST_REMOTE_CODE``)."""
     allowed = {n.strip() for n in os.environ.get("MEMLAB_TRUST_REMOTE_CODE", "").split(",") if n.strip()}
     base, _ = split_revision(name)
-    return name in allowed or base in allowed or "*" in allowed
+    return name in allowed or base in allowed  # by name only: no wildcard trusts every model
 
 
 def check_remote_code(name: str, wanted: bool, param: str = "trust_remote_code") -> bool:
