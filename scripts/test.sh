@@ -12,6 +12,16 @@ export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
 echo "test: AVX2 leg (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)"
 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/test_models_train_metrics.py tests/test_unlearning_methods.py tests/test_bn.py tests/test_bn_illusion.py
+# The ISA legs: every test that compares floats within a tolerance (tests/conftest.py marks them
+# float_tolerance) again under each CPU kernel set this machine has (scripts/cpu_isas.py: no vector
+# kernels, AVX2, AVX-512), so a tolerance fitted to one CPU's kernels fails here, not on a user's.
+for leg in $(.venv/bin/python scripts/cpu_isas.py); do
+  aten=${leg%%:*}
+  onednn=${leg##*:}
+  echo "test: ISA leg ATEN_CPU_CAPABILITY=$aten ONEDNN_MAX_CPU_ISA=$onednn (float-tolerance tests)"
+  ATEN_CPU_CAPABILITY=$aten ONEDNN_MAX_CPU_ISA=$onednn .venv/bin/python -m pytest -q -p no:cacheprovider \
+    -m "float_tolerance and not slow" tests --ignore=tests/test_exercises.py --ignore=tests/test_cpu_paths.py
+done
 # The course kit: every exercise master graded by otter's local runner (solved: 100%; untouched
 # student stub: 0 on every autograded question; a deliberately wrong answer fails its question).
 echo "test: course kit (tests/test_exercises.py: otter autograder proven both ways)"

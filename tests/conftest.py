@@ -9,6 +9,39 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Calls that compare floats within a tolerance: a test using one is marked `float_tolerance`, and
+# scripts/test.sh runs those tests again under every CPU kernel set (ISA) the machine has.
+_TOLERANCE_CALLS = ("approx(", "allclose(", "assert_close(", "isclose(")
+
+
+def pytest_collection_modifyitems(config, items):
+    import inspect
+
+    for item in items:
+        try:
+            source = inspect.getsource(item.function)
+        except (AttributeError, OSError, TypeError):
+            continue
+        if any(call in source for call in _TOLERANCE_CALLS):
+            item.add_marker(pytest.mark.float_tolerance)
+
+
+def fp_tol(dtype, n_terms: int, magnitude: float = 1.0) -> float:
+    """Absolute tolerance for two evaluations of one float quantity whose sums may run in another order
+    (batched vs one at a time, another CPU's vector kernels, a stacked model vs its parts).
+
+    A sum of ``n_terms`` products in ``dtype`` is within ``gamma_n * sum|terms|`` of the exact value,
+    gamma_n = n u / (1 - n u) with unit roundoff u = eps / 2 (Higham, *Accuracy and Stability of
+    Numerical Algorithms*, eq. 3.4); two such evaluations differ by at most twice that. ``n_terms`` is
+    the longest reduction behind the quantity (a layer's width, a sequence's length) and
+    ``magnitude`` the size of ``sum|terms|`` (e.g. a log-probability's magnitude). Returned: the bound.
+    """
+    import torch
+
+    u = torch.finfo(dtype).eps / 2
+    gamma = n_terms * u / (1 - n_terms * u)
+    return 2 * gamma * magnitude
+
 
 @pytest.fixture(autouse=True)
 def _scratch_cache(tmp_path_factory, monkeypatch):

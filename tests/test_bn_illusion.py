@@ -255,6 +255,7 @@ def test_ga_steps_shrinkage_inside_noise_is_not_judged():
     assert _verdicts(appendix_h=h)["ga_steps"]["verdict"] == paper.NOT_JUDGED
 
 
+@pytest.mark.slow  # an end-to-end run: left out of the ISA legs (scripts/test.sh)
 def test_paper_profile_path_at_toy_size(fake_data, monkeypatch):
     # The paper profile's structure (several seeds, CIFAR-100 OOD source, all methods, ViT control)
     # with toy sizes and the smoke profile's step counts.

@@ -12,6 +12,7 @@ from memlab import lm, mia, probes
 from memlab.unlearning import npo, registry
 
 from test_diffusion_lm import _model as _dlm  # the tiny masked diffusion LM of those tests
+from conftest import fp_tol
 
 
 class _Blobs(nn.Module):
@@ -122,7 +123,8 @@ def test_mean_token_nll_is_minus_logprob_per_target_token_and_reference_matches_
         nll = lm.mean_token_nll(model, ids, att, mask)
     assert float(nll) == pytest.approx(-float(total.sum()) / 5, rel=1e-5)
     ref = lm.reference_logprobs(model, examples, pad_id=0, batch_size=1)
-    assert ref.shape == (2,) and torch.allclose(ref, total, atol=1e-4)
+    # batch of one vs a padded batch: float32 sums over the width (32) of terms up to ~20 nats
+    assert ref.shape == (2,) and torch.allclose(ref, total, atol=fp_tol(torch.float32, 64, 20.0), rtol=0)
 
 
 def test_warmup_cosine_schedule_shape():
@@ -215,7 +217,8 @@ def test_candidate_ce_is_the_mean_masked_nll_under_the_same_masks():
     masks = torch.rand(reps.shape, generator=g) < 0.35
     masks[:, 0] |= ~masks.any(1)
     want = torch.nanmean(dlm.masked_nll(model, reps, masks).view(3, -1), 1).numpy()
-    assert got.shape == (3,) and np.allclose(got, want, atol=1e-6)
+    # other batch compositions: float32 sums over the width, NLLs of a few nats
+    assert got.shape == (3,) and np.allclose(got, want, atol=fp_tol(torch.float32, 64, 5.0), rtol=0)
 
 
 def test_candidate_qskew_is_zero_against_itself_and_one_score_per_candidate():

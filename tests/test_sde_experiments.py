@@ -129,7 +129,7 @@ def test_spread_analysis_identity_on_synthetic_outputs(monkeypatch):
     train_out = np.concatenate([0.5 * r.normal(size=(120, 4)), 2.0 * r.normal(size=(40, 4))])
     test_out = 2.0 * r.normal(size=(60, 4))
     data = synthetic_data(n_per_class=16, n_test_per_class=6)
-    cfg = config.resolve("02_sde", "smoke", n_shuffles=400, n_targets=4, holdout_fractions=[0.25, 0.25, 0.25],
+    cfg = config.resolve("02_sde", "smoke", n_shuffles=400, n_targets=4, holdout_fractions=[0.2, 0.25, 0.3],
                          subset_sizes=[12, 12, 12], forget_fraction=0.25, size_sweep=[8])
     monkeypatch.setattr(ex, "holdout_split", lambda cfg, n, f: (np.arange(120, 160), np.arange(120)))
     monkeypatch.setattr(ex, "all_outputs", lambda model, data, feature: (train_out, test_out))

@@ -124,6 +124,7 @@ def _recount(sweep_dir: Path, chapter: str) -> dict:
     return counts
 
 
+@pytest.mark.slow  # an end-to-end run: left out of the ISA legs (scripts/test.sh)
 @pytest.mark.skipif(not os.environ.get("MEMLAB_DATA_ROOT"), reason="needs MEMLAB_DATA_ROOT")
 def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     """05_capacity at smoke, seeds 0,1 x two learning rates, on a 2-worker LocalCluster."""
@@ -164,6 +165,7 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     assert (sweep_dir / "summary.json").read_bytes() == before
 
 
+@pytest.mark.slow  # an end-to-end run: left out of the ISA legs (scripts/test.sh)
 def test_killed_worker_and_failing_run(fake_project, capsys):
     """A worker killed mid-run loses only that run (rescheduled); a failing run is retried once,
     recorded with its cell and error, and the sweep finishes the others."""

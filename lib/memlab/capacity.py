@@ -85,7 +85,8 @@ def sequence_code_lengths(model, tokens: torch.Tensor, vocab_size: int, batch_si
 
 
 def token_log_probs(model, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(B, S, V) float32 log-probabilities of each position's token given the earlier ones.
+    """(B, S, V) log-probabilities (float32; float64 for a float64 model) of each position's token given
+    the earlier ones.
 
     tokens: (B, S) int64; a BOS token (id ``vocab_size``) is prepended and the
     last position dropped, so position i is predicted from tokens < i.
@@ -93,7 +94,7 @@ def token_log_probs(model, tokens: torch.Tensor, vocab_size: int) -> torch.Tenso
     bos = torch.full((tokens.shape[0], 1), vocab_size, dtype=tokens.dtype, device=tokens.device)
     inputs = torch.cat([bos, tokens[:, :-1]], dim=1)
     logits = model(input_ids=inputs).logits[..., :vocab_size]
-    return F.log_softmax(logits.float(), dim=-1)
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
 
 
 def uniform_entropy_bits(seq_len: int, vocab_size: int) -> float:

@@ -65,7 +65,7 @@ SPEC: dict[str, Param] = {
     "augment": Param(bool, True, doc="random crop + flip while training (keeps the train-test gap moderate)"),
     "holdout_fractions": Param(list, [0.05, 0.1, 0.2], item=float, low=0.01, high=0.5,
                                doc="fractions R of the training set held out (Table 1 columns)"),
-    "subset_sizes": Param(list, _p([8, 10, 12], [40, 80, 160], [400, 1000, 2000]), item=int, low=4,
+    "subset_sizes": Param(list, _p([8, 10, 12], [40, 80, 160], [400, 1000, 2000]), item=int, low=4, unique=False,
                           doc="subset size |S| for each R, in the same order"),
     "n_targets": Param(int, _p(3, 20, 50), low=1, doc="target subsets of each kind (in / out) per setting"),
     "n_shuffles": Param(int, _p(20, 200, 200), low=1, doc="shufflings of the second half per subset"),

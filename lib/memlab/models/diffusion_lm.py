@@ -87,7 +87,8 @@ class MaskedDiffusionLM(nn.Module):
 
     ``forward(ids, attention_mask)``: ids (B, L) int64 token ids (masked positions
     hold ``mask_id``), attention_mask (B, L) bool, True for real tokens (None: all
-    real). Returns logits (B, L, V) float32 for the original token at every position.
+    real). Returns logits (B, L, V) float32 (float64 for a float64 model) for the original token at
+    every position.
     """
 
     shift_logits = False
@@ -128,7 +129,8 @@ class MaskedDiffusionLM(nn.Module):
         # MLP and the vocabulary head (a large share of the cost) skip the others.
         for i, blk in enumerate(self.blocks):
             x = blk(x, bias, select if i == len(self.blocks) - 1 else None)
-        return self.head(self.ln_f(x)).float()
+        logits = self.head(self.ln_f(x))
+        return logits.to(torch.promote_types(logits.dtype, torch.float32))  # float64 models stay exact
 
 
 class HFDiffusionLM(nn.Module):
@@ -302,7 +304,7 @@ def masked_nll(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor,
     ids: (N, L) int64 clean tokens; masks: (N, L) bool, True where the token is
     replaced by the model's mask token (one pattern per row; repeat a sequence to
     score it under several patterns); attention_mask: (N, L) bool or None.
-    Returns nll (N, L) float32 in nats, NaN where not masked. With ``with_stats``
+    Returns nll (N, L) in nats (float32; float64 for a float64 model), NaN where not masked. With ``with_stats``
     also returns mu, sigma (N, L) of :func:`log_prob_stats`; with ``with_brier`` also
     (last) the squared error ||p - e_x||^2 = sum_v p_v^2 - 2 p_x + 1 between the predicted
     distribution and the one-hot true token (SecMI's error in the masked setting), each
@@ -326,8 +328,9 @@ def masked_nll(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor,
                 logits = model(noisy, am, select=m)
             else:
                 logits = model(noisy, am)[m]
-        logp = torch.log_softmax(logits.float(), dim=-1)  # (n_masked, V)
-        nll = torch.full(x.shape, float("nan"), device=dev)
+        # bf16/fp16 logits are scored in float32; a float64 model stays float64 (exact tests)
+        logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        nll = torch.full(x.shape, float("nan"), device=dev, dtype=logp.dtype)  # (n, L)
         nll[m] = -logp.gather(-1, x[m].unsqueeze(-1)).squeeze(-1)
         outs[0].append(nll.cpu())
         if with_stats:

@@ -118,7 +118,8 @@ def token_log_probs(params, tokens: torch.Tensor, vocab_size: int, n_head: int) 
     """
     bos = torch.full(tokens.shape[:2] + (1,), vocab_size, dtype=tokens.dtype, device=tokens.device)
     inputs = torch.cat([bos, tokens[..., :-1]], dim=-1)
-    return F.log_softmax(logits(params, inputs, n_head)[..., :vocab_size].float(), dim=-1)
+    out = logits(params, inputs, n_head)[..., :vocab_size]
+    return F.log_softmax(out.to(torch.promote_types(out.dtype, torch.float32)), dim=-1)  # float64 stays
 
 
 @torch.no_grad()
