@@ -55,6 +55,7 @@ from memlab import bn, metrics
 
 torch.set_num_threads(1)
 SEED = 0  # per-student: your instructor may give you another seed
+STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
 FORGET_CLASS = 0  # per-student: the class you forget in exercise 1.4 (CIFAR-10: 0-9)
 g = torch.Generator().manual_seed(SEED)
 torch.manual_seed(SEED)
@@ -354,13 +355,14 @@ assert forget_accuracy_pre_post(_e)[0] > 0.9
 # %% [markdown]
 # **Exercise 1.4 (open, manually graded): your own forget class.** Re-run the chapter at the
 # smoke profile with the forget class `FORGET_CLASS` set at the top of this notebook and
-# three of its methods (a few minutes on one core), from a terminal in the repository; the
-# cell below prints the exact command for your class:
+# three of its methods (a few minutes on one core), from a terminal in your course folder
+# (the student bundle or a clone of the repository). The cell below prints the exact
+# command for your class; it writes into your own folder `RUNS` (`~/memlab-runs/<your id>/`):
 #
 # ```bash
 # memlab run 01_bn_illusion --profile smoke -p forget_class <FORGET_CLASS> \
 #     -p methods "[Retrain, GA, NoiseInject]" -p recovery_methods "[NoiseInject]" \
-#     --book-dir /tmp/ex01
+#     --book-dir <RUNS>/ex01
 # ```
 #
 # In 5-8 sentences: which methods' forget accuracy rises after recalibration (Post-R
@@ -372,12 +374,14 @@ assert forget_accuracy_pre_post(_e)[0] > 0.9
 
 # %%
 import json
-from pathlib import Path
 
+from memlab.exercises import runs_dir
+
+RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 print(f"memlab run 01_bn_illusion --profile smoke -p forget_class {FORGET_CLASS} "
       '-p methods "[Retrain, GA, NoiseInject]" -p recovery_methods "[NoiseInject]" '
-      "--book-dir /tmp/ex01")
-path = Path("/tmp/ex01/results/01_bn_illusion.json")
+      f"--book-dir {RUNS / 'ex01'}")
+path = RUNS / "ex01" / "results" / "01_bn_illusion.json"
 if path.exists():
     res = json.loads(path.read_text())
     print("forget class", res["params"].get("forget_class"))

@@ -49,6 +49,7 @@ import numpy as np
 from memlab import sde
 
 SEED = 0  # per-student: your instructor may give you another seed
+STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
 rng = np.random.default_rng(SEED)
 x = rng.normal(size=(40, 3))
 y = x[:, :2] + 0.5 * rng.normal(size=(40, 2))  # y depends on x
@@ -112,6 +113,9 @@ assert abs(hsic_by_hand(x, y) - sde.hsic(x, y)) < 1e-8
 # %%
 """ # BEGIN TEST CONFIG
 hidden: true
+failure_message: >-
+  hsic_by_hand disagrees with sde.hsic on other data and bandwidths; are both Gram
+  matrices centred with H, and are sigma_x and sigma_y used when given?
 """  # END TEST CONFIG
 _r = np.random.default_rng(7)
 _a, _b = _r.normal(size=(25, 4)), _r.normal(size=(25, 1))
@@ -296,13 +300,15 @@ assert decide_by_hand(h_in + 10.0, h_in, h_out) is False
 # %% [markdown]
 # **Exercise 2.4 (open, manually graded): which features carry the signal?** The chapter's
 # SDE reads the model's logits. Re-run the chapter at the smoke profile (about a minute) with
-# the penultimate-layer features instead, from a terminal in the repository:
+# the penultimate-layer features instead, from a terminal in your course folder (the
+# student bundle or a clone of the repository). The cell below prints the commands, which
+# write into your own folder `RUNS` (`~/memlab-runs/<your id>/`):
 #
 # ```bash
-# memlab run 02_sde --profile smoke -p feature penultimate --book-dir /tmp/ex02
+# memlab run 02_sde --profile smoke -p feature penultimate --book-dir <RUNS>/ex02
 # ```
 #
-# and once more with `-p feature logits` into `/tmp/ex02-logits`. Compare the two runs' F1
+# and once more with `-p feature logits` into `<RUNS>/ex02-logits`. Compare the two runs' F1
 # of SDE (`metrics["f1"]`) and their claims table (the cell below prints both when the runs
 # exist). In 4-6 sentences: which depth separates in- from out-of-training subsets better
 # here, and why might dependence between two halves be easier to see in one
@@ -311,10 +317,14 @@ assert decide_by_hand(h_in + 10.0, h_in, h_out) is False
 
 # %%
 import json
-from pathlib import Path
 
-for run_dir in ("/tmp/ex02", "/tmp/ex02-logits"):
-    path = Path(run_dir) / "results" / "02_sde.json"
+from memlab.exercises import runs_dir
+
+RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
+for feature, run_dir in (("penultimate", RUNS / "ex02"), ("logits", RUNS / "ex02-logits")):
+    print(f"memlab run 02_sde --profile smoke -p feature {feature} --book-dir {run_dir}")
+for run_dir in (RUNS / "ex02", RUNS / "ex02-logits"):
+    path = run_dir / "results" / "02_sde.json"
     if not path.exists():
         print(f"{path}: not there yet (run the command above)")
         continue

@@ -57,6 +57,7 @@ from memlab.unlearning import npo
 
 torch.set_num_threads(1)
 SEED = 0  # per-student: your instructor may give you another seed
+STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
 torch.manual_seed(SEED)
 CANARY = "Zq-7741 lives on Mirrow Lane"
 
@@ -368,14 +369,16 @@ assert torch.allclose(npo_grad_by_hand(ref_logp, ref_logp, 0.3), torch.full((4,)
 # %% [markdown]
 # **Exercise 3.5 (open, manually graded): a hotter NPO.** The chapter unlearns with
 # $\beta = 0.1$. Re-run it at the smoke profile with $\beta = 1$ (a few minutes on one
-# core), from a terminal in the repository, next to a default run:
+# core), next to a default run, from a terminal in your course folder (the student bundle
+# or a clone of the repository). The cell below prints the commands, which write into your
+# own folder `RUNS` (`~/memlab-runs/<your id>/`):
 #
 # ```bash
-# memlab run 03_canary_audit --profile smoke --book-dir /tmp/ex03
-# memlab run 03_canary_audit --profile smoke -p beta 1.0 --book-dir /tmp/ex03-beta1
+# memlab run 03_canary_audit --profile smoke --book-dir <RUNS>/ex03
+# memlab run 03_canary_audit --profile smoke -p beta 1.0 --book-dir <RUNS>/ex03-beta1
 # ```
 #
-# The cell below prints both runs' claims. In 5-8 sentences: how do the answer accuracy, the
+# It then prints both runs' claims. In 5-8 sentences: how do the answer accuracy, the
 # trace leak and the bypass gap change along the K sweep with the larger $\beta$? Use
 # exercise 3.4's gradient to explain how $\beta$ decides when NPO stops pushing an answer
 # down. Does the parser convention (exercise 3.2) change any of your conclusions, and is the
@@ -383,10 +386,14 @@ assert torch.allclose(npo_grad_by_hand(ref_logp, ref_logp, 0.3), torch.full((4,)
 
 # %%
 import json
-from pathlib import Path
 
-for run_dir in ("/tmp/ex03", "/tmp/ex03-beta1"):
-    path = Path(run_dir) / "results" / "03_canary_audit.json"
+from memlab.exercises import runs_dir
+
+RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
+print(f"memlab run 03_canary_audit --profile smoke --book-dir {RUNS / 'ex03'}")
+print(f"memlab run 03_canary_audit --profile smoke -p beta 1.0 --book-dir {RUNS / 'ex03-beta1'}")
+for run_dir in (RUNS / "ex03", RUNS / "ex03-beta1"):
+    path = run_dir / "results" / "03_canary_audit.json"
     if not path.exists():
         print(f"{path}: not there yet (run the commands above)")
         continue

@@ -51,6 +51,7 @@ import numpy as np
 from memlab import metrics, mia
 
 SEED = 0  # per-student: your instructor may give you another seed
+STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
 rng = np.random.default_rng(SEED)
 # A member-like sample: most tokens unchanged, 15% memorised (a long right tail).
 delta = rng.normal(size=200)
@@ -270,15 +271,17 @@ assert abs(auc["qskew"] - _q) < 1e-12 and abs(auc["mean"] - _m) < 1e-12
 # %% [markdown]
 # **Exercise 4.4 (open, manually graded): the mask ratio and the bandwidth.** The chapter
 # masks a share $\rho = 0.35$ of the tokens per cyclic round and uses the bandwidth
-# $h = 0.1$. Re-run it at the smoke profile (a minute or two) with other values, from a
-# terminal in the repository:
+# $h = 0.1$. Re-run it at the smoke profile (a minute or two) with other values,
+# from a terminal in your course folder (the student bundle or a clone of the repository).
+# The cell below prints the commands, which write into your own folder `RUNS`
+# (`~/memlab-runs/<your id>/`):
 #
 # ```bash
-# memlab run 04_qskew --profile smoke --book-dir /tmp/ex04
-# memlab run 04_qskew --profile smoke -p rho 0.6 -p h 0.3 --book-dir /tmp/ex04-rho
+# memlab run 04_qskew --profile smoke --book-dir <RUNS>/ex04
+# memlab run 04_qskew --profile smoke -p rho 0.6 -p h 0.3 --book-dir <RUNS>/ex04-rho
 # ```
 #
-# The cell below prints both runs' claims. In 4-6 sentences: how does the Q-Skew AUC move
+# It then prints both runs' claims. In 4-6 sentences: how does the Q-Skew AUC move
 # against the baselines when more tokens are masked and the weights are flatter? Explain
 # with exercise 4.2's formula what a larger $h$ does to the weights (what is Q-Skew as
 # $h \to \infty$?), and say whether a smoke run's handful of members can separate the two
@@ -286,10 +289,14 @@ assert abs(auc["qskew"] - _q) < 1e-12 and abs(auc["mean"] - _m) < 1e-12
 
 # %%
 import json
-from pathlib import Path
 
-for run_dir in ("/tmp/ex04", "/tmp/ex04-rho"):
-    path = Path(run_dir) / "results" / "04_qskew.json"
+from memlab.exercises import runs_dir
+
+RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
+print(f"memlab run 04_qskew --profile smoke --book-dir {RUNS / 'ex04'}")
+print(f"memlab run 04_qskew --profile smoke -p rho 0.6 -p h 0.3 --book-dir {RUNS / 'ex04-rho'}")
+for run_dir in (RUNS / "ex04", RUNS / "ex04-rho"):
+    path = run_dir / "results" / "04_qskew.json"
     if not path.exists():
         print(f"{path}: not there yet (run the commands above)")
         continue

@@ -52,6 +52,7 @@ import numpy as np
 from memlab import capacity, metrics
 
 SEED = 0  # per-student: your instructor may give you another seed
+STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
 rng = np.random.default_rng(SEED)
 V, S = 16, 8  # vocabulary size and tokens per sequence
 ids = rng.integers(0, V, size=S)
@@ -117,6 +118,9 @@ assert abs(code_length_by_hand(_uniform, ids) - _want) < 1e-9
 # %%
 """ # BEGIN TEST CONFIG
 hidden: true
+failure_message: >-
+  wrong code length when log_probs has L - 1 rows (no start token); row j is the
+  distribution of token j + 1, and token 0 costs log2 V bits
 """  # END TEST CONFIG
 _lp = log_probs[1:]
 assert abs(code_length_by_hand(_lp, ids) - capacity.code_length_bits(_lp, ids)) < 1e-9
@@ -285,25 +289,30 @@ assert capacity.expected_memorization(_c, _h(2 * _n)) == _c
 
 # %% [markdown]
 # **Exercise 5.4 (open, manually graded): how stable is $\alpha$?** Re-run the chapter at
-# the smoke profile twice with two seeds (about a minute each), from a terminal in the
-# repository:
+# the smoke profile twice with two seeds (about a minute each), from a terminal in your
+# course folder (the student bundle or a clone of the repository). The cell below prints the
+# commands, which write into your own folder `RUNS` (`~/memlab-runs/<your id>/`):
 #
 # ```bash
-# memlab run 05_capacity --profile smoke -p seed 0 --book-dir /tmp/ex05-s0
-# memlab run 05_capacity --profile smoke -p seed 1 --book-dir /tmp/ex05-s1
+# memlab run 05_capacity --profile smoke -p seed 0 --book-dir <RUNS>/ex05-s0
+# memlab run 05_capacity --profile smoke -p seed 1 --book-dir <RUNS>/ex05-s1
 # ```
 #
-# The cell below prints each run's $\alpha$ and claims. In 4-6 sentences: how much does
+# It then prints each run's $\alpha$ and claims. In 4-6 sentences: how much does
 # $\alpha$ move between the seeds, how does that compare with your bootstrap interval of
 # exercise 5.2, and why is a smoke-size $\alpha$ far below 3.6 (think of what the plateau
 # rule and the tiny `max_steps` of the smoke profile do to the largest models)?
 
 # %%
 import json
-from pathlib import Path
 
-for run_dir in ("/tmp/ex05-s0", "/tmp/ex05-s1"):
-    path = Path(run_dir) / "results" / "05_capacity.json"
+from memlab.exercises import runs_dir
+
+RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
+for s in (0, 1):
+    print(f"memlab run 05_capacity --profile smoke -p seed {s} --book-dir {RUNS / f'ex05-s{s}'}")
+for run_dir in (RUNS / "ex05-s0", RUNS / "ex05-s1"):
+    path = run_dir / "results" / "05_capacity.json"
     if not path.exists():
         print(f"{path}: not there yet (run the commands above)")
         continue

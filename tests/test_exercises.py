@@ -89,8 +89,8 @@ def test_autograder_gives_the_master_full_marks_and_the_stub_none(built, chapter
     assert solved["error"] is None and stub["error"] is None, (solved["error"], stub["error"])
     assert set(solved["questions"]) == set(graded), "the autograder grades exactly the autograded questions"
     for q, pts in graded.items():
-        got = solved["questions"][q]
-        assert got == {"score": pts, "possible": pts}, f"master {q}: {got}"
+        got = {k: solved["questions"][q][k] for k in ("score", "possible", "status")}
+        assert got == {"score": pts, "possible": pts, "status": "passed"}, f"master {q}: {got}"
         assert stub["questions"][q]["score"] == 0, f"untouched stub scores on {q}: {stub['questions'][q]}"
     assert solved["percent"] == 1.0 and stub["score"] == 0
 
@@ -145,9 +145,9 @@ def test_a_students_variant_changes_only_their_knobs_and_grades_in_full(built, t
     a = exercises.make_variant(paths["solved"], "student-17", tmp_path / "a" / "02_sde.ipynb")
     b = exercises.make_variant(paths["solved"], "student-17", tmp_path / "b" / "02_sde.ipynb")
     c = exercises.make_variant(paths["solved"], "student-18", tmp_path / "c" / "02_sde.ipynb")
-    assert a == b and set(a) == {"SEED"} and a != c, "stable per student, different between students"
+    assert a == b and set(a) == {"SEED", "STUDENT"} and a != c, "stable per student, different between students"
     src = (tmp_path / "a" / "02_sde.ipynb").read_text()
-    assert f"SEED = {a['SEED']}  # per-student" in src
+    assert f"SEED = {a['SEED']}  # per-student" in src and 'STUDENT = \\"student-17\\"  # per-student' in src
     res = exercises.grade_one(tmp_path / "a" / "02_sde.ipynb", paths["autograder"])
     assert res["percent"] == 1.0, "one autograder grades every student's variant"
 
@@ -204,3 +204,151 @@ def test_book_exercise_pages_in_markdown_carry_no_secrets():
             assert f"| {n}.{q} |" in page, f"exercise {n}.{q} missing from book/exercises.md"
         leaked = [f for f in exercises.secret_fragments(nb) if f in page or f in guide]
         assert not leaked, f"{chapter}: {leaked[:2]}"
+
+
+# ----------------------------------------------------------------------------- feedback, rehearsal
+
+DEMOS = REPO / exercises.DEMOS
+
+
+def _csv(path: Path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_demo_submissions_get_feedback_naming_each_failing_test(built, tmp_path, capfd):
+    """`memlab exercises grade exercises/demo-submissions/`: every rehearsal submission fails exactly
+    the tests demos.yaml says, and the terminal, the CSV and each student's report name them, with
+    the question's hint; the open question is flagged for manual grading; no kernel chatter."""
+    demos = exercises.read_demos(REPO)
+    assert len(demos) >= 3 and {d["chapter"] for d in demos.values()} <= set(MASTERS)
+    build_dir = built["02_sde"]["autograder"].parent.parent
+    csv_path, fb = tmp_path / "demo.csv", tmp_path / "feedback"
+    t0 = time.perf_counter()
+    rc = cli.main(["exercises", "grade", str(DEMOS), "--build-dir", str(build_dir), "--csv", str(csv_path),
+                   "--feedback", str(fb)])
+    print(f"exercises: graded {len(demos)} demo submissions in {time.perf_counter() - t0:.1f} s")
+    out, err = capfd.readouterr()
+    assert rc == 0, err
+    assert "without encryption" not in out + err and "IPKernelApp" not in out + err, "kernel warnings not silenced"
+    rows = _csv(csv_path)
+    assert list(rows[0]) == ["submission", "student", "assignment", "question", "score", "possible", "status",
+                             "failed_tests", "feedback", "error"]
+    for name, demo in demos.items():
+        mine = [r for r in rows if r["student"] == name]
+        assert mine and {r["assignment"] for r in mine} == {demo["chapter"]}, f"{name}: no rows in the CSV"
+        failed = {r["question"]: [t.replace(" (hidden)", "") for t in r["failed_tests"].split("; ") if t]
+                  for r in mine if r["question"] != "TOTAL"}
+        assert {q: t for q, t in failed.items() if t} == demo["fails"], f"{name}: {failed}"
+        for q, tests in demo["fails"].items():
+            for t in tests:
+                assert f"{q} failed {t}" in out, f"{name}: the terminal does not name {t}"
+                assert t in next(r["feedback"] for r in mine if r["question"] == q)
+        manual = [r for r in mine if r["status"] == "needs manual grading"]
+        assert manual and all(r["score"] == "" for r in manual), f"{name}: open question not flagged"
+        report = (fb / name / f"{demo['chapter']}.md").read_text()
+        info = exercises.questions(exercises.read_master(MASTERS[demo["chapter"]]))
+        for q in info:
+            assert f"## {q['name']}: {q['title']}" in report
+            if q["name"] in demo["fails"]:
+                assert q["hint"][:40] in report, f"{name}: the report lacks {q['name']}'s hint"
+                for t in demo["fails"][q["name"]]:
+                    assert f"`{t}`" in report
+            if q["manual"]:
+                assert "Needs manual grading" in report
+    # A student's report names a failing hidden test but never shows its code.
+    hidden_code = [l[4:].strip() for z in (built[c]["autograder"] for c in {d["chapter"] for d in demos.values()})
+                   for code in exercises.hidden_test_code(z) for l in code.splitlines() if len(l.strip()) > 16]
+    hidden = {(r["student"], t[:-len(" (hidden)")]) for r in rows for t in r["failed_tests"].split("; ")
+              if t.endswith(" (hidden)")}
+    assert {n for n, _ in hidden} == set(demos), "every demo fails a hidden test too"
+    for name, demo in demos.items():
+        report = (fb / name / f"{demo['chapter']}.md").read_text()
+        assert all(f"`{t}` (hidden test)" in report for n, t in hidden if n == name)
+        assert not [c for c in hidden_code if c in report], f"{name}: the report shows hidden test code"
+    assert "demo-exception" in out and "cell error" in out, "the exception's own cell is not reported"
+    sheet = (fb / "open-questions.md").read_text()
+    for name, demo in demos.items():
+        for answer in demo.get("written", []):
+            assert " ".join(answer.split())[:60] in " ".join(sheet.split())
+    assert "Sample answer" in sheet
+
+
+def test_roster_values_are_balanced_and_students_get_their_own_bundle(tmp_path, capsys):
+    ids = [f"s{i:02d}" for i in range(12)]
+    values = exercises.balanced_variants(ids, ["FORGET_CLASS", "SEED", "STUDENT"])
+    classes = [values[i]["FORGET_CLASS"] for i in ids]
+    assert sorted(classes[:10]) == list(range(10)), "no forget class repeats before all ten are used"
+    assert max(classes.count(c) for c in range(10)) - min(classes.count(c) for c in range(10)) <= 1
+    assert len({values[i]["SEED"] for i in ids}) == len(ids)
+    assert all(values[i]["STUDENT"] == i for i in ids)
+    more = exercises.balanced_variants(ids + ["late"], ["FORGET_CLASS", "SEED"])
+    assert all(more[i]["FORGET_CLASS"] == values[i]["FORGET_CLASS"] for i in ids), "appending keeps values"
+
+    roster = tmp_path / "roster.txt"
+    roster.write_text("ada\nalan  # a comment\n\ngrace\n")
+    assert cli.main(["exercises", "build", "01_bn_illusion", "--out", str(tmp_path / "b"),
+                     "--roster", str(roster)]) == 0
+    out = capsys.readouterr().out
+    assert "balanced: no two students share a value until every value is used" in out
+    seen = set()
+    for sid in ("ada", "alan", "grace"):
+        nb = nbformat.read(str(tmp_path / "b" / "01_bn_illusion" / "students" / sid / "01_bn_illusion.ipynb"), 4)
+        src = "\n".join(c.source for c in nb.cells)
+        assert f'STUDENT = "{sid}"  # per-student' in src
+        seen.add(next(l for l in src.splitlines() if l.startswith("FORGET_CLASS = ")))
+        import zipfile
+
+        with zipfile.ZipFile(tmp_path / "b" / "student-zips" / f"{sid}.zip") as z:
+            mine = z.read("memlab-course/assignments/01_bn_illusion.ipynb").decode()
+        assert f'STUDENT = \\"{sid}\\"' in mine, f"{sid}'s bundle zip lacks their own notebook"
+    assert len(seen) == 3, f"three students, three forget classes: {seen}"
+
+
+def test_open_exercises_write_under_each_students_own_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("MEMLAB_RUNS", str(tmp_path / "runs"))
+    assert exercises.runs_dir("ada") == tmp_path / "runs" / "ada"
+    monkeypatch.setenv("USER", "bob")
+    monkeypatch.setenv("LOGNAME", "bob")
+    assert exercises.runs_dir("") == tmp_path / "runs" / "bob", "no id: the login name"
+    monkeypatch.setenv("USER", "carol")
+    monkeypatch.setenv("LOGNAME", "carol")
+    assert exercises.runs_dir("") == tmp_path / "runs" / "carol"
+    with pytest.raises(exercises.ExerciseError, match="student id 'a b'"):
+        exercises.runs_dir("a b")
+    for chapter, path in MASTERS.items():
+        text = path.read_text()
+        assert "/tmp/" not in text, f"{chapter}: an open exercise still writes to a shared /tmp folder"
+        assert "RUNS = runs_dir(STUDENT)" in text and 'STUDENT = ""  # per-student' in text
+        assert f"memlab run {chapter}" in text and "--book-dir {" in text, "the printed command uses RUNS"
+
+
+def test_fetch_for_the_open_exercises_names_what_it_needs(monkeypatch, tmp_path, capsys):
+    assert cli.main(["exercises", "fetch", "06_cross_lens"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'06_cross_lens'" in err and "05_capacity" in err
+    have = __import__("os").environ.get("MEMLAB_DATA_ROOT")
+    # Offline, with no data: one line, exit 2, nothing left behind.
+    monkeypatch.setenv("MEMLAB_DATA_ROOT", str(tmp_path / "empty"))
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("MEMLAB_DOWNLOAD_DIR", str(tmp_path / "dl"))
+    monkeypatch.setenv("MEMLAB_OFFLINE", "1")
+    assert cli.main(["exercises", "fetch", "05_capacity"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "downloading the data of 05_capacity failed" in err, err
+    if have:  # CI's shared data: nothing to fetch, and the command says where each split is
+        monkeypatch.setenv("MEMLAB_DATA_ROOT", have)
+        assert cli.main(["exercises", "fetch", "05_capacity"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("05_capacity: WikiText-2") and "fetched" not in out
+
+
+def test_a_roster_listing_a_student_twice_is_refused(tmp_path, capsys):
+    roster = tmp_path / "roster.txt"
+    roster.write_text("ada\nalan\nada\n")
+    assert cli.main(["exercises", "build", "--roster", str(roster), "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "'ada'" in err and "more than once" in err
+    assert not (tmp_path / "b").exists(), "refused before any work"

@@ -42,6 +42,9 @@ CASES = [
      "parameter 'budgets': 10 is listed more than once"),
     ("every class forgotten", "run 01_bn_illusion --profile smoke -p n_forget_classes 10 --dry-run",
      "parameter 'n_forget_classes': must leave at least one"),
+    ("a file as the course kit's --out", "exercises build --out FILE", "parameter 'out': 'FILE' cannot be a folder"),
+    ("a roster line that is no student id", "exercises build --roster FILE",
+     "student id 'not a folder': use letters, digits"),
     ("a wildcard for remote code", "run 04_qskew --profile smoke --trust-remote-code '*' --dry-run",
      "parameter 'trust-remote-code': '*' is not a model name"),
 ]

@@ -59,6 +59,8 @@ class Param:
     schema: for ``kind=dict`` only: group -> key -> :class:`Param`, the sub-parameters a user sets as
         ``GROUP.KEY`` (e.g. ``SalUn.lr``); ``default`` (per profile) holds only the keys a profile
         changes from the schema's defaults, so a resolved group is exactly what the code received before.
+    unique: for ``kind=list``: refuse a repeated item (the default; a list paired item by item with
+        another, such as one subset size per holdout fraction, sets it False).
     """
 
     kind: type
@@ -72,6 +74,7 @@ class Param:
     closed: str = "both"
     finite: bool = True
     schema: Mapping[str, Mapping[str, "Param"]] | None = None
+    unique: bool = True
 
     def __post_init__(self) -> None:
         if self.closed not in CLOSED:
@@ -226,7 +229,11 @@ def check_value(name: str, value: Any, p: Param) -> Any:
         if not isinstance(value, list) or not value:
             raise ConfigError(f"parameter {name!r}: must be a non-empty {_describe(p)[2:]} (got {value!r})")
         item_kind = p.item or type(value[0])
-        return [_check_scalar(name, v, item_kind, p) for v in value]
+        items = [_check_scalar(name, v, item_kind, p) for v in value]
+        seen = [v for i, v in enumerate(items) if v in items[:i]]
+        if seen and p.unique:  # a repeated item would run the same thing twice and count it twice
+            raise ConfigError(f"parameter {name!r}: {seen[0]!r} is listed more than once (got {value!r})")
+        return items
     return _check_scalar(name, value, p.kind, p)
 
 
@@ -446,19 +453,71 @@ def require_memory(param: str, need: float, what: str) -> None:
 
 # ----------------------------------------------------------------------------- paths
 
-def repo_root() -> Path:
-    """The repository root (the folder holding ``pyproject.toml``)."""
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        if (parent / "pyproject.toml").exists() and (parent / "lib" / "memlab").exists():
+def is_project_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a memlab project: it holds ``pyproject.toml`` and ``book/`` (a clone of
+    the repository, a private course repository, or a student bundle of ``memlab exercises build``)."""
+    return (folder / "pyproject.toml").is_file() and (folder / "book").is_dir()
+
+
+def installed_repository() -> Path | None:
+    """The clone the running package was installed from (an editable install: ``lib/memlab`` inside
+    it), or None when memlab was installed from a wheel."""
+    for parent in Path(__file__).resolve().parents:
+        if (parent / "pyproject.toml").is_file() and (parent / "lib" / "memlab").is_dir():
             return parent
-    return Path.cwd()
+    return None
+
+
+_ROOT_NOTICES: set[Path] = set()
+
+
+def repo_root() -> Path:
+    """The project folder memlab acts on: the nearest folder at or above the working directory
+    that holds ``pyproject.toml`` and ``book/``.
+
+    Outside every project folder it falls back to the repository the package was installed from
+    (else the working directory) and says so in one line on stderr, once per process and folder:
+    with one shared install, each clone builds, runs and publishes into itself.
+    """
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # the working directory was deleted under us
+        cwd = None
+    for folder in (cwd, *cwd.parents) if cwd else ():
+        if is_project_folder(folder):
+            return folder
+    fallback = installed_repository() or cwd or Path.home()
+    if fallback not in _ROOT_NOTICES:
+        _ROOT_NOTICES.add(fallback)
+        import sys
+
+        where = "the repository memlab was installed from" if fallback != cwd else "the working directory"
+        print(f"memlab: no project folder (pyproject.toml and book/) at or above {cwd}; using {where}, "
+              f"{fallback}", file=sys.stderr)
+    return fallback
 
 
 def data_root() -> Path | None:
     """Root of offline data sets (env ``MEMLAB_DATA_ROOT``), or None if unset."""
     env = os.environ.get("MEMLAB_DATA_ROOT")
     return Path(env).expanduser() if env else None
+
+
+def path_kind(text: str | os.PathLike) -> str | None:
+    """``'folder'``, ``'file'``, ``'other'`` or None (nothing there) for a path a user typed.
+
+    A name the file system cannot hold (longer than NAME_MAX, a NUL byte) is "nothing there"
+    rather than an OSError, so a model id or folder name of any length gets a one-line answer.
+    """
+    try:
+        path = Path(text).expanduser()
+        if path.is_dir():
+            return "folder"
+        if path.is_file():
+            return "file"
+        return "other" if path.exists() or path.is_symlink() else None
+    except (OSError, ValueError):  # ENAMETOOLONG, embedded NUL
+        return None
 
 
 def require_path(path: str | os.PathLike | None, param: str, what: str = "folder") -> Path:
