@@ -94,6 +94,15 @@ def test_run_publishes_then_failure_keeps_previous_results(fake_project, capsys)
     assert (fake_project / "_build" / "failed" / "fake.ipynb").exists()
 
 
+def test_a_failed_run_with_book_dir_keeps_everything_beside_that_folder(fake_project, tmp_path, capsys):
+    """--book-dir governs where a failure's notebook goes too: never into the repository's own folders."""
+    other = tmp_path / "elsewhere" / "book"
+    assert cli.main(["run", "fake", "--profile", "smoke", "-p", "fail", "true", "--book-dir", str(other)]) == 1
+    failed = other.parent / "_build" / "failed" / "fake.ipynb"
+    assert f"failed notebook: {failed}" in capsys.readouterr().err and failed.exists()
+    assert not (fake_project / "_build").exists() and _book_files(fake_project) == []
+
+
 def test_parse_value():
     assert cli.parse_value("3") == 3 and cli.parse_value("0.5") == 0.5 and cli.parse_value("[a, b]") == ["a", "b"]
     assert cli.parse_value("none") is None and cli.parse_value("true") is True and cli.parse_value("GA+FT") == "GA+FT"
