@@ -30,6 +30,7 @@ from pathlib import Path
 from memlab.config import ConfigError, installed_repository
 
 BUNDLE = "memlab-course"
+RUNS_ENV, RUNS_DEFAULT = "MEMLAB_RUNS", "~/memlab-runs"  # where a student's open-exercise runs go
 ZIP_NAME = "memlab-course.zip"
 ROSTER_ZIPS = "student-zips"
 # The one install command, run in the bundle folder (the glob is the bundle's single wheel).
@@ -132,7 +133,6 @@ def course_files(chapters, root: Path) -> list[tuple[Path, str]]:
 
 def readme_text(chapters) -> str:
     """The bundle's README.md (what book/exercises.md says, for a student without the book)."""
-    from memlab.exercises import RUNS_DEFAULT, RUNS_ENV
 
     listing = "\n".join(f"- `assignments/{c}.ipynb`" for c in chapters)
     return f"""# memlab course exercises

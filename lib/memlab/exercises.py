@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from memlab import feedback
+# a student's own folder for the open exercises' runs: $MEMLAB_RUNS/<id>, default ~/memlab-runs/<id>
+from memlab.bundle import RUNS_DEFAULT, RUNS_ENV
 from memlab.config import ConfigError, path_kind, repo_root
 
 MASTERS = "exercises"
@@ -48,9 +50,6 @@ VARIANT_RANGE = {"SEED": 10000, "FORGET_CLASS": 10}
 # The text knob naming the student: their id in a roster build, "" (the login name) otherwise.
 STUDENT_KNOB = "STUDENT"
 STUDENT_ID = re.compile(r"[A-Za-z0-9._@-]+")
-# A student's own folder for the open exercises' runs: $MEMLAB_RUNS/<id>, default ~/memlab-runs/<id>.
-RUNS_ENV = "MEMLAB_RUNS"
-RUNS_DEFAULT = "~/memlab-runs"
 # Written into each autograder zip: the master's questions (title, hint, points, manual, sample answer).
 QUESTIONS_FILE = "memlab-questions.json"
 DEMOS = Path(MASTERS) / "demo-submissions"
