@@ -23,18 +23,18 @@ CASES = [
      "range '0..2147483647' makes 2,147,483,648 runs; a sweep is limited to 1,000"),
     ("a grid whose product is too large", "sweep 02_sde --profile smoke -p seed 0..99 -p n_shuffles 20..40",
      "x n_shuffles (21) makes 2,100 runs"),
-    ("an empty --book-dir (`--book-dir \"$X\"` with X unset)", "run 02_sde --profile smoke --book-dir ''",
+    ("an empty `--book-dir` (`--book-dir \"$X\"` with X unset)", "run 02_sde --profile smoke --book-dir ''",
      "parameter 'book-dir': is empty"),
-    ("a file as --book-dir", "run 02_sde --profile smoke --book-dir FILE", "'FILE' is a file, not a folder"),
+    ("a file as `--book-dir`", "run 02_sde --profile smoke --book-dir FILE", "'FILE' is a file, not a folder"),
     ("a flag where a value belongs", "run 04_qskew --profile smoke -p base_model --dry-run",
      "parameter 'base_model': no value given"),
     ("a 256-character model name", f"run 03_canary_audit --profile smoke -p model {LONG} --dry-run",
      "is neither 'small' nor a local folder"),
-    ("a file as the sweep's --out", "sweep 02_sde --profile smoke -p seed 0..1 --out FILE",
+    ("a file as the sweep's `--out`", "sweep 02_sde --profile smoke -p seed 0..1 --out FILE",
      "parameter 'out': 'FILE' is a file"),
-    ("a file as --cache-dir", "run 02_sde --profile smoke --cache-dir FILE --dry-run",
+    ("a file as `--cache-dir`", "run 02_sde --profile smoke --cache-dir FILE --dry-run",
      "parameter 'cache-dir': 'FILE' is a file"),
-    ("a --cache-dir under a file", "run 02_sde --profile smoke --cache-dir FILE/models --dry-run",
+    ("a `--cache-dir` under a file", "run 02_sde --profile smoke --cache-dir FILE/models --dry-run",
      "'FILE/models' cannot be a folder"),
     ("a method listed twice", "run 01_bn_illusion --profile smoke -p methods '[GA, GA]' --dry-run",
      "parameter 'methods': 'GA' is listed more than once"),
@@ -42,7 +42,7 @@ CASES = [
      "parameter 'budgets': 10 is listed more than once"),
     ("every class forgotten", "run 01_bn_illusion --profile smoke -p n_forget_classes 10 --dry-run",
      "parameter 'n_forget_classes': must leave at least one"),
-    ("a file as the course kit's --out", "exercises build --out FILE", "parameter 'out': 'FILE' cannot be a folder"),
+    ("a file as the course kit's `--out`", "exercises build --out FILE", "parameter 'out': 'FILE' cannot be a folder"),
     ("a roster line that is no student id", "exercises build --roster FILE",
      "student id 'not a folder': use letters, digits"),
     ("a wildcard for remote code", "run 04_qskew --profile smoke --trust-remote-code '*' --dry-run",
@@ -97,7 +97,7 @@ def _table(capsys, tmp_path) -> str:
         _, err, _ = _answer(capsys, command, tmp_path)
         shown = command.replace(LONG, "aaa…(256 characters)")
         said = err.removeprefix("memlab: error: ").replace(LONG, "aaa…").replace("|", "\\|")
-        rows.append(f"| {what} | `memlab {shown}` | {said} |")
+        rows.append(f"| {what} | `memlab {shown}` | `{said}` |")  # code: no smart quotes or dashes
     return "\n".join(rows)
 
 
