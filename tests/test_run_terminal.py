@@ -1,6 +1,6 @@
-"""What `memlab run` leaves on the terminal and on disk: the kernel's cache warnings reach stderr, and
-a run killed with -9 leaves its kernel's connection file only in its staging folder, which the next
-run removes."""
+"""What `memlab run` leaves on the terminal and on disk: the kernel's progress bars and cache warnings
+reach stderr, and a run killed with -9 leaves its kernel's connection file only in its staging
+folder, which the next run removes."""
 import json
 import os
 import signal
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab import cli
+from memlab import cli, relay
 from conftest import install_fake_chapter
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,9 @@ cfg = config.resolve_spec("fake", term_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 
 # %%
-time.sleep(cfg.sleep)
+from memlab.progress import progress
+for _ in progress(range(4), desc="fake steps", mininterval=0):
+    time.sleep(cfg.sleep / 4)
 make = lambda: {"w": torch.ones(8)}
 cache.load_or_compute("fake", "t", {"seed": cfg.seed}, make)
 entry = cache.entry_path(cache.key("fake", "t", {"seed": cfg.seed}))
@@ -60,6 +62,22 @@ def test_cache_warnings_of_the_kernel_reach_the_terminal(fake, capsys):
     err = capsys.readouterr().err.splitlines()
     warned = [line for line in err if line.startswith("memlab: warning: cache: entry")]
     assert len(warned) == 1 and "corrupt or incomplete" in warned[0] and "rebuilding" in warned[0], err
+
+
+def test_the_kernels_progress_reaches_the_terminal_and_silence_gets_a_heartbeat(fake, capsys, monkeypatch):
+    monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # as on a terminal (capsys is none)
+    monkeypatch.setattr(relay, "HEARTBEAT_S", 1.0)
+    assert cli.main(["run", "fake", "--profile", "smoke", "-p", "sleep", "2"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    steps = [line for line in err if line.startswith("fake: fake steps:")]
+    assert any("25% 1/4" in line for line in steps) and steps[-1].startswith("fake: fake steps: done, 4 in"), err
+    assert any(line.startswith("fake: running, ") and line.endswith(" s so far") for line in err), err
+
+
+def test_no_progress_lines_without_a_terminal(fake, capsys, monkeypatch):
+    monkeypatch.delenv("MEMLAB_RUN_PROGRESS", raising=False)
+    assert cli.main(["run", "fake", "--profile", "smoke"]) == 0
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("fake:")]
 
 
 RUNNER = '''

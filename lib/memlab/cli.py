@@ -237,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
             for c in chapters:  # validate all before running any
                 validate(c, args.profile, {}, repo_root())
-            for c in chapters:
+            for i, c in enumerate(chapters, 1):
+                print(f"book: chapter {i} of {len(chapters)}: {c}", flush=True)
                 run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
                             allow_cpu=args.allow_cpu)
             render()

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from memlab import notices
+from memlab import notices, relay
 from memlab.chapters import CHAPTERS
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, path_kind, repo_root
 from memlab.publish import PublishError, clean_stale_staging, publish
@@ -412,11 +412,15 @@ def run_chapter(
         start = time.perf_counter()
         kernel_log = staging / "kernel.log"
         km_class = _kernel_manager_class(kernel_log, staging)
+        follow = relay.enabled() and not log_output
+        if follow:  # the kernel's progress bars, on this terminal (memlab.relay)
+            os.environ[relay.ENV] = str(staging / "progress.log")
         try:
-            papermill.execute_notebook(
-                str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
-                progress_bar=False, log_output=log_output, report_mode=False, kernel_manager_class=km_class,
-            )
+            with relay.Follower(staging / "progress.log", chapter) if follow else contextlib.nullcontext():
+                papermill.execute_notebook(
+                    str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
+                    progress_bar=False, log_output=log_output, report_mode=False, kernel_manager_class=km_class,
+                )
         except Exception as err:  # noqa: BLE001 - every failure kind becomes one named line
             _print_notices(notice_file)
             failed = failed_folder(book) / f"{chapter}.ipynb"
