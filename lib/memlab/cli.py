@@ -26,9 +26,8 @@ from memlab.chapters import CHAPTERS
 from memlab.book import BuildError, render
 from memlab import exercises
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
-from memlab.runner import (  # noqa: F401 - re-exported: the commands' library API
-    RunError, book_folder, clean_stale_staging, flag_env, parse_params, parse_value, publish, run_chapter, set_flag_env,
-    validate,
+from memlab.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
+    RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
 )
 
 

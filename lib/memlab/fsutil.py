@@ -55,6 +55,21 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> Path:
     return path
 
 
+def append_line(path: str | os.PathLike | None, text: str) -> None:
+    """Append ``text`` as one line (whitespace collapsed) to ``path``; nothing when ``path`` is empty.
+
+    For side channels from a chapter's kernel to ``memlab run`` (notices, progress): a failed write
+    is ignored, since the run itself must not fail over a message.
+    """
+    if not path:
+        return
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(" ".join(str(text).split()) + "\n")
+    except OSError:
+        pass
+
+
 def current_umask() -> int:
     """The process umask (read from /proc on Linux, so no other thread sees it changed)."""
     try:

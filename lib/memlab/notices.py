@@ -11,19 +11,15 @@ import os
 import warnings
 from pathlib import Path
 
+from memlab.fsutil import append_line
+
 ENV = "MEMLAB_NOTICES"
 
 
 def warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:
     """``warnings.warn(message, category)``, and the message as one line in ``$MEMLAB_NOTICES``."""
     warnings.warn(message, category, stacklevel=stacklevel + 1)
-    path = os.environ.get(ENV)
-    if path:
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(" ".join(str(message).split()) + "\n")
-        except OSError:  # the notice is a courtesy; the warning itself was issued
-            pass
+    append_line(os.environ.get(ENV), message)
 
 
 def read(path: Path) -> list[str]:

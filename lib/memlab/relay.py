@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+from memlab.fsutil import append_line
+
 ENV = "MEMLAB_RELAY"
 HEARTBEAT_S = 10.0
 
@@ -33,13 +35,7 @@ def enabled(stream: TextIO | None = None) -> bool:
 
 def emit(line: str) -> None:
     """Append one progress line to ``$MEMLAB_RELAY`` (nothing when unset or unwritable)."""
-    path = os.environ.get(ENV)
-    if path:
-        try:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(" ".join(line.split()) + "\n")
-        except OSError:  # progress is a courtesy; the run goes on
-            pass
+    append_line(os.environ.get(ENV), line)
 
 
 class Follower:
