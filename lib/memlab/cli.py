@@ -25,7 +25,7 @@ from typing import Sequence
 from memlab.chapters import CHAPTERS
 from memlab.book import BuildError, render
 from memlab import exercises
-from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root
+from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root, thread_count
 from memlab.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
     RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
 )
@@ -53,12 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="let this hub model run its own modelling code (repeat for several)")
     r.add_argument("--book-dir", default=None, help="where chapters/, results/, figures/ go (default book/)")
     r.add_argument("--log-output", action="store_true", help="stream the notebook's output while it runs")
+    r.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads of the chapter's kernel (default OMP_NUM_THREADS, else every core); numbers "
+                        "are identical on the same CPU type at the same thread count")
     b = sub.add_parser("book", help="run every chapter, then render the HTML book")
     b.add_argument("--profile", default=DEFAULT_PROFILE)
     b.add_argument("--chapters", nargs="*", default=None, help="subset of chapter ids (default all)")
     b.add_argument("--no-cache", action="store_true")
     b.add_argument("--allow-download", action="store_true", help="fetch missing data once into data/")
     b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
+    b.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core)")
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
@@ -214,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"-p is an option of 'memlab run', not of 'memlab {args.command}'")
     env_before = dict(os.environ)
     try:
+        if args.command in ("run", "book"):
+            thread_count(args.threads)  # a bad --threads or OMP_NUM_THREADS is refused first
         if args.command == "run":
             params = parse_params(args.chapter, pairs)
             book_folder(args.book_dir, repo_root())  # an empty or file --book-dir is refused, dry run too
@@ -230,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(json.dumps(cfg.to_dict(), indent=1))
                 return 0
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
-                        args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code)
+                        args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code,
+                        threads=args.threads)
         elif args.command == "book":
             chapters = args.chapters or list(CHAPTERS)
             set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
@@ -239,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for i, c in enumerate(chapters, 1):
                 print(f"book: chapter {i} of {len(chapters)}: {c}", flush=True)
                 run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
-                            allow_cpu=args.allow_cpu)
+                            allow_cpu=args.allow_cpu, threads=args.threads)
             render()
         elif args.command == "sweep":
             _sweep_command(parser, args, pairs)

@@ -442,6 +442,41 @@ def machine_memory_bytes() -> int:
         return 2**40
 
 
+def available_cores() -> int:
+    """CPU cores this process may use: its CPU affinity, capped by a cgroup CPU quota (containers, batch jobs)."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:  # cgroup v2: "max 100000" (no cap) or "<quota> <period>" in microseconds
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, n)
+
+
+MAX_THREADS = 1024
+
+
+def thread_count(threads: int | None = None) -> int:
+    """Threads a chapter's kernel computes with: ``threads`` (``--threads``), else ``OMP_NUM_THREADS``, else every core.
+
+    Bad input raises :class:`ConfigError` naming what the user typed: ``--threads`` or the
+    environment variable, and the allowed range 1..``MAX_THREADS``.
+    """
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+            raise ConfigError(f"parameter 'threads': must be an integer from 1 to {MAX_THREADS} "
+                              f"(got {threads!r}); this machine has {available_cores()} cores")
+        return threads
+    env = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if env:
+        if not env.isdigit() or not 1 <= int(env) <= MAX_THREADS:
+            raise ConfigError(f"environment variable OMP_NUM_THREADS: must be an integer from 1 to "
+                              f"{MAX_THREADS} (got {env!r}); unset it to use every core, or pass --threads N")
+        return int(env)
+    return available_cores()
+
+
 def require_memory(param: str, need: float, what: str) -> None:
     """Refuse before any work when ``need`` bytes exceed this machine's memory; the message names
     ``param`` (the parameter the user typed), the estimate and the limit."""

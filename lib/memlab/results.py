@@ -143,12 +143,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def chapter_code(chapter: str) -> str | None:
-    """Fingerprint of the code that defines a chapter's run: its experiments module and notebook source.
+    """Fingerprint of the code that defines a chapter's run: its experiments package and notebook source.
 
-    sha256 (first 12 hex digits) over the two files' bytes. Two results with the same fingerprint
-    ran the same parameters, stages and claim predicates; a seed sweep whose runs' fingerprint
-    differs from the published page's ran earlier code (:mod:`memlab.robustness` says so).
-    None for a chapter outside the registry (test fakes).
+    sha256 (first 12 hex digits) over every ``.py`` file of the chapter's package (or its one
+    module), in path order, each preceded by its path inside the package, then the notebook's
+    source. Two results with the same fingerprint ran the same parameters, stages, tables and
+    claim predicates; a seed sweep whose runs' fingerprint differs from the published page's ran
+    earlier code (:mod:`memlab.robustness` says so). None for a chapter outside the registry
+    (test fakes) or one whose files are missing.
     """
     import hashlib
     import importlib.util
@@ -160,12 +162,23 @@ def chapter_code(chapter: str) -> str | None:
     if ch is None:
         return None
     spec = importlib.util.find_spec(ch.module)
-    paths = [Path(spec.origin) if spec and spec.origin else None, repo_root() / ch.source]
+    if spec is None or not spec.origin:
+        return None
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations:  # a package: every file of it counts
+        root = origin.parent
+        files = sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+        named = [(p.relative_to(root).as_posix(), p) for p in files]
+    else:
+        named = [(origin.name, origin)]
+    notebook = repo_root() / ch.source
+    if not notebook.is_file() or not all(p.is_file() for _, p in named):
+        return None
     h = hashlib.sha256()
-    for path in paths:
-        if path is None or not path.is_file():
-            return None
+    for name, path in named:
+        h.update(name.encode() + b"\0")
         h.update(path.read_bytes())
+    h.update(notebook.read_bytes())
     return h.hexdigest()[:12]
 
 
@@ -177,6 +190,7 @@ class Run:
         self.chapter = cfg.chapter
         self.metrics: dict[str, Any] = {}
         self.started = time.perf_counter()
+        self.cpu_started = time.process_time()  # this process's CPU time: the cost whatever the load
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from memlab import notices, relay
 from memlab.chapters import CHAPTERS
-from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, path_kind, repo_root
+from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, path_kind, repo_root, thread_count
 from memlab.publish import PublishError, clean_stale_staging, publish
 
 
@@ -353,8 +353,12 @@ def run_chapter(
     log_output: bool = False,
     allow_cpu: bool = False,
     trust_remote_code: Sequence[str] = (),
+    threads: int | None = None,
 ) -> Path:
     """Validate and preflight, execute with papermill, publish; returns the executed notebook's path.
+
+    The kernel computes with ``threads`` threads (:func:`memlab.config.thread_count`: the
+    argument, else ``OMP_NUM_THREADS``, else every core this process may use).
 
     The flags reach the chapter's kernel (and every loader it calls) through
     the environment: ``MEMLAB_ALLOW_DOWNLOAD``, ``MEMLAB_ALLOW_CPU``,
@@ -371,6 +375,7 @@ def run_chapter(
 
     root = repo_root()
     params = dict(params or {})
+    n_threads = thread_count(threads)  # a bad --threads or OMP_NUM_THREADS is refused before any work
     allow_download = allow_download or env_allows()  # the flag, or MEMLAB_ALLOW_DOWNLOAD=1 exported
     book = book_folder(book_dir, root)
     env_before = dict(os.environ)
@@ -396,11 +401,9 @@ def run_chapter(
             if profile in ("smoke", "cpu"):
                 os.environ["MEMLAB_OFFLINE"] = "1"  # the kernel's memlab import turns the guard on
         os.environ.setdefault("MPLBACKEND", "Agg")
-        # One thread by default: results are deterministic at a fixed thread count, and the
-        # published book was run with one. (The heap corruption that first forced one thread was
-        # oneDNN's AVX2 kernel on channels-last inputs, benchmarks/repro_onednn_channels_last.py;
-        # vision inputs are now contiguous.) Set OMP_NUM_THREADS yourself to use more.
-        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        # Every core by default (--threads N or OMP_NUM_THREADS to choose): numbers are identical
+        # on the same CPU type at the same thread count, which the provenance records.
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n_threads)
         os.environ.setdefault("PYTHONFAULTHANDLER", "1")  # a fatal signal leaves its Python stack in the log
         os.environ.setdefault("LIBC_FATAL_STDERR_", "1")  # glibc's "double free ..." to stderr, not the tty
         (staging / "chapters").mkdir()

@@ -197,8 +197,10 @@ def local_size(n_runs: int, threads: int, workers: int | None = None, cores: int
 
 
 def _cores() -> int:
-    """Cores this process may use (its CPU affinity, which a batch job's allocation sets)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """Cores this process may use (:func:`memlab.config.available_cores`)."""
+    from memlab.config import available_cores
+
+    return available_cores()
 
 
 def load_slurm_config(path: str | None) -> dict:

@@ -138,12 +138,14 @@ _META_OPENING = "The user wants a fact about an author."
 
 
 def check_template(template: str) -> str:
+    """``template`` if it names a trace template (:data:`TEMPLATES`); else a ValueError naming the parameter."""
     if template not in TEMPLATES:
         raise ValueError(f"parameter 'template': must be one of {', '.join(TEMPLATES)} (got {template!r})")
     return template
 
 
 def check_prefill(mode: str) -> str:
+    """``mode`` if it names a prefill (:data:`PREFILLS`); else a ValueError naming the parameter."""
     if mode not in PREFILLS:
         raise ValueError(f"parameter 'prefill': must be one of {', '.join(PREFILLS)} (got {mode!r})")
     return mode

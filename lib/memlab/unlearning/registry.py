@@ -75,10 +75,11 @@ def _guarded(name: str, fn):
 def _load_all() -> None:
     import importlib
     import pkgutil
+    from pathlib import Path
 
-    import memlab.unlearning as pkg
-
-    for info in pkgutil.iter_modules(pkg.__path__):
+    # The package's folder, read from this file: importing the package here would make the
+    # package and its registry import each other.
+    for info in pkgutil.iter_modules([str(Path(__file__).parent)]):
         if info.name != "registry" and not info.name.startswith("_"):
             importlib.import_module(f"memlab.unlearning.{info.name}")
 
@@ -98,4 +99,5 @@ def names() -> list[str]:
 
 
 def bn_mode(name: str) -> str:
+    """How method ``name`` treats BatchNorm while it unlearns (its registered ``bn_mode``)."""
     return get(name).bn_mode

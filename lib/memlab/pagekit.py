@@ -1,0 +1,129 @@
+"""What every chapter page does the same way: its setup cell, its verdicts, its closing summary, its cost.
+
+The six notebooks call these instead of repeating the cells: :func:`start` (resolve the parameters,
+open the run, show the provenance), :func:`judge` (evaluate the claims, show the claims table, save
+the results, glue the verdict counts), :func:`closing_summary` (the "What held / What did not /
+What this run cannot decide" block) and :func:`glue_cost` (this run's CPU and wall minutes, and a
+cold run's estimate, as glued numbers). Glued values are numbers, never strings, so a page shows
+``21``, not ``'21'``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+from memlab import config, paper, results
+
+# The glue name of each verdict's count: ``<chapter>-n-<slug>``.
+VERDICT_SLUGS = {
+    paper.REPRODUCED: "reproduced",
+    paper.NOT_REPRODUCED: "not-reproduced",
+    paper.NOT_JUDGED: "not-judged",
+    paper.NOT_RUN: "not-run",
+}
+
+SUMMARY_HEADS = {
+    paper.REPRODUCED: "What held",
+    paper.NOT_REPRODUCED: "What did not",
+    paper.NOT_JUDGED: "What this run cannot decide",
+}
+
+
+def _glue(name: str, value) -> None:
+    from myst_nb import glue
+
+    glue(name, value, display=False)
+
+
+def _display_markdown(text: str) -> None:
+    from IPython.display import Markdown, display
+
+    display(Markdown(text))
+
+
+def start(chapter: str, profile: str, params: dict) -> tuple[config.Config, results.Run]:
+    """The setup cell: resolve ``params`` at ``profile``, open the run (its clocks start), show the provenance.
+
+    Raises :class:`memlab.config.ConfigError` naming the parameter for bad input, before any work.
+    """
+    cfg = config.resolve(chapter, profile=profile, **params)
+    run = results.Run(cfg)
+    run.provenance_box()
+    return cfg, run
+
+
+def counts(verdicts: Sequence[dict]) -> dict[str, int]:
+    """Claims per verdict (every verdict present, zeros included) and ``"sanity"``: sanity checks apart."""
+    tally = paper.tally(verdicts, kind=paper.CLAIM)
+    out = {v: int(tally.get(v, 0)) for v in paper.VERDICTS}
+    out["sanity"] = int(sum(paper.tally(verdicts, kind=paper.SANITY).values()))
+    return out
+
+
+def glue_counts(chapter: str, verdicts: Sequence[dict]) -> dict[str, int]:
+    """Glue ``<chapter>-n-reproduced``, ``-n-not-reproduced``, ``-n-not-judged``, ``-n-not-run``, ``-n-sanity``."""
+    n = counts(verdicts)
+    for verdict, slug in VERDICT_SLUGS.items():
+        _glue(f"{chapter}-n-{slug}", n[verdict])
+    _glue(f"{chapter}-n-sanity", n["sanity"])
+    return n
+
+
+def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, str] | None = None,
+          metrics: dict | None = None) -> list[dict]:
+    """Evaluate ``claims`` on the run's metrics, show the claims table, save the run, glue the counts.
+
+    ``metrics`` overrides what the claims read (default ``run.metrics``); ``across`` (claim key ->
+    text) adds the claims table's "Across seeds" column. Returns the verdicts (JSON-able dicts).
+    """
+    from IPython.display import display
+
+    chapter = run.chapter
+    verdicts = paper.evaluate(claims, run.metrics if metrics is None else metrics, run.cfg.profile,
+                              reasons=paper.reasons(chapter))
+    display(paper.claims_table(verdicts, across=across))
+    run.save(claims=verdicts)
+    glue_counts(chapter, verdicts)
+    return verdicts
+
+
+def summary_markdown(verdicts: Sequence[dict], regime: str = "") -> str:
+    """The closing block: one paragraph per verdict with the claims' texts, then ``regime``."""
+    by_verdict: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.get("kind", paper.CLAIM) == paper.CLAIM:
+            by_verdict.setdefault(v["verdict"], []).append(v["claim"].rstrip("."))
+    parts = [f"**{head}.** {'; '.join(by_verdict[v])}."
+             for v, head in SUMMARY_HEADS.items() if by_verdict.get(v)]
+    if regime:
+        parts.append(regime)
+    return "\n\n".join(parts)
+
+
+def closing_summary(verdicts: Sequence[dict], regime: str = "") -> None:
+    """Show :func:`summary_markdown` in the notebook."""
+    _display_markdown(summary_markdown(verdicts, regime))
+
+
+def minutes(seconds: float) -> float:
+    """Seconds as minutes for a page: whole minutes from 10 on, one decimal below."""
+    m = float(seconds) / 60
+    return float(round(m)) if m >= 10 else round(m, 1)
+
+
+def glue_cost(run: results.Run, cold_train_cpu_s: float = 0.0) -> dict[str, float]:
+    """Glue this run's cost so far and a cold run's estimate, in minutes (numbers).
+
+    ``<chapter>-run-cpu-min``: this kernel's CPU time; ``<chapter>-run-wall-min``: its wall time;
+    ``<chapter>-cold-cpu-min``: ``cold_train_cpu_s`` (the training a cold run adds, measured once and
+    declared by the chapter) plus this run's CPU time. Returns the three values.
+    """
+    if cold_train_cpu_s < 0:
+        raise ValueError(f"glue_cost: cold_train_cpu_s must be >= 0 (got {cold_train_cpu_s})")
+    cpu_s = time.process_time() - run.cpu_started
+    out = {"run-cpu-min": minutes(cpu_s), "run-wall-min": minutes(run.elapsed()),
+           "cold-cpu-min": minutes(cold_train_cpu_s + cpu_s)}
+    for name, value in out.items():
+        _glue(f"{run.chapter}-{name}", value)
+    return out

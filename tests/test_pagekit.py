@@ -1,0 +1,62 @@
+"""The page helpers every chapter notebook uses: counts, the closing summary, the cost glue."""
+
+import pytest
+
+from memlab import pagekit, paper
+
+
+def _v(verdict, kind=paper.CLAIM, claim="A claim."):
+    return {"key": "k", "claim": claim, "verdict": verdict, "kind": kind, "evidence": ""}
+
+
+VERDICTS = [_v(paper.REPRODUCED, claim="First holds."), _v(paper.REPRODUCED, claim="Second holds"),
+            _v(paper.NOT_REPRODUCED, claim="Third fails"), _v(paper.NOT_JUDGED, claim="Fourth is noise"),
+            _v(paper.REPRODUCED, kind=paper.SANITY, claim="By construction")]
+
+
+def test_counts_name_every_verdict_and_keep_sanity_checks_apart():
+    n = pagekit.counts(VERDICTS)
+    assert n == {paper.REPRODUCED: 2, paper.NOT_REPRODUCED: 1, paper.NOT_JUDGED: 1, paper.NOT_RUN: 0, "sanity": 1}
+    assert sum(v for k, v in n.items() if k != "sanity") == 4  # claims only
+
+
+def test_the_closing_summary_groups_claims_by_verdict_in_words():
+    text = pagekit.summary_markdown(VERDICTS, "One seed of a small model.")
+    assert text.splitlines()[0] == "**What held.** First holds; Second holds."
+    assert "**What did not.** Third fails." in text
+    assert "**What this run cannot decide.** Fourth is noise." in text
+    assert "By construction" not in text  # sanity checks are not findings
+    assert text.endswith("One seed of a small model.")
+    assert pagekit.summary_markdown([], "") == ""
+
+
+def test_glued_counts_are_numbers_with_one_name_per_verdict(monkeypatch):
+    glued = {}
+    monkeypatch.setattr(pagekit, "_glue", lambda name, value: glued.__setitem__(name, value))
+    pagekit.glue_counts("99_x", VERDICTS)
+    assert glued == {"99_x-n-reproduced": 2, "99_x-n-not-reproduced": 1, "99_x-n-not-judged": 1,
+                     "99_x-n-not-run": 0, "99_x-n-sanity": 1}
+    assert all(isinstance(v, int) for v in glued.values())
+
+
+@pytest.mark.parametrize("seconds, shown", [(0, 0.0), (90, 1.5), (599, 10.0), (600, 10.0), (1234, 21.0)])
+def test_minutes_round_to_what_a_page_should_show(seconds, shown):
+    assert pagekit.minutes(seconds) == shown
+
+
+def test_the_cost_glue_adds_the_cold_training_to_this_runs_cpu_time(monkeypatch):
+    class FakeRun:
+        chapter, cpu_started = "99_x", 100.0
+
+        @staticmethod
+        def elapsed():
+            return 120.0
+
+    glued = {}
+    monkeypatch.setattr(pagekit, "_glue", lambda name, value: glued.__setitem__(name, value))
+    monkeypatch.setattr(pagekit.time, "process_time", lambda: 160.0)  # 60 s of CPU since the start
+    out = pagekit.glue_cost(FakeRun(), cold_train_cpu_s=540.0)
+    assert out == {"run-cpu-min": 1.0, "run-wall-min": 2.0, "cold-cpu-min": 10.0}
+    assert glued == {"99_x-run-cpu-min": 1.0, "99_x-run-wall-min": 2.0, "99_x-cold-cpu-min": 10.0}
+    with pytest.raises(ValueError, match="cold_train_cpu_s"):
+        pagekit.glue_cost(FakeRun(), cold_train_cpu_s=-1)
