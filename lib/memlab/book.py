@@ -92,6 +92,19 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     return path
 
 
+def write_cost_page(book: Path, dest: Path | None = None) -> Path:
+    """``cost.md`` (per chapter, the last cold and warm run) and ``_cost_summary.md`` (front page), from ``costs.json``."""
+    from memlab import costs
+
+    dest = dest or book
+    runs = costs.read_log(book)
+    titles = {cid: c.title for cid, c in CHAPTERS.items()}
+    (dest / "_cost_summary.md").write_text(costs.summary_markdown(runs, titles) + "\n")
+    path = dest / "cost.md"
+    path.write_text(costs.page_markdown(runs, titles))
+    return path
+
+
 def _filtered_toc(toc: dict, root: Path) -> tuple[dict, list[str]]:
     """The table of contents without chapters that have not been executed."""
     skipped = []
@@ -242,6 +255,7 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         conf["bibtex_bibfiles"] = list(dict.fromkeys(conf.get("bibtex_bibfiles", []) + extra_bib))
         shutil.copytree(root / "book", stage / "book", ignore=shutil.ignore_patterns(".staging-*", ".publish-*"))
         write_scorecard(root / "book", dest=stage / "book")
+        write_cost_page(root / "book", dest=stage / "book")
         robustness.write_page(root / "book", dest=stage / "book")
         for nb in (stage / "book" / "chapters").glob("*.ipynb"):
             hide_parameter_cells(nb)
@@ -267,7 +281,7 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             shutil.rmtree(html)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage / "_build" / "html", html)
-        for name in ("scorecard.md", "_scorecard_summary.md", "robustness.md"):  # the built scorecard, also for repo readers
+        for name in ("scorecard.md", "_scorecard_summary.md", "robustness.md", "cost.md", "_cost_summary.md"):  # the built scorecard, also for repo readers
             shutil.copy(stage / "book" / name, root / "book" / name)
     index = html / "index.html"
     print(f"book: {index}" + ("" if url else f" (no repository buttons: set {REPO_URL_ENV} to show them)"))

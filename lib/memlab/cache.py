@@ -41,7 +41,7 @@ from typing import Any, Callable
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from memlab import notices
+from memlab import costs, notices
 from memlab.config import device, repo_root
 from memlab.fsutil import apply_umask, clean_orphans, make_tmp_dir, tmp_path
 from memlab.results import git_commit, to_jsonable
@@ -174,6 +174,11 @@ def _complete(path: Path) -> bool:
     return (path / META).exists() and (path / WEIGHTS).exists()
 
 
+def has(k: str) -> bool:
+    """Whether the entry of key ``k`` is in the cache (complete; its checksum is checked on load)."""
+    return _complete(entry_path(k))
+
+
 def verify(path: Path) -> dict:
     """The meta of entry ``path`` after checking its weights' size and SHA-256; raise CorruptEntry.
 
@@ -262,9 +267,12 @@ def load_or_train(
 
         if _load_checked(path, chapter, stage, load) is not None:
             model.eval()
+            costs.loaded(k, stage)
             return model
         model = build()  # a failed partial load may have changed some weights
+    costs.begin(k, stage)
     train(model)
+    costs.end(k)
     model.eval()
     meta = _meta(chapter, stage, config, code_version, "model")
     _write_entry(k, lambda tmp: save_model(model, str(tmp / WEIGHTS)), meta)
@@ -284,8 +292,11 @@ def load_or_compute(
     if enabled():
         cached = _load_checked(path, chapter, stage, lambda p: load_file(p / WEIGHTS))
         if cached is not None:
+            costs.loaded(k, stage)
             return cached
+    costs.begin(k, stage)
     tensors = compute()
+    costs.end(k)
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise TypeError("compute() must return a dict of str -> torch.Tensor")
     meta = _meta(chapter, stage, config, code_version, "tensors")

@@ -27,6 +27,7 @@ from memlab.book import BuildError, render
 from memlab import exercises
 from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root, thread_count
 from memlab.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
+    print_estimate,
     RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
 )
 
@@ -235,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with flag_env(args.allow_download, args.allow_cpu, args.trust_remote_code):
                     _, cfg = validate(args.chapter, args.profile, params, repo_root())
                 print(json.dumps(cfg.to_dict(), indent=1))
+                # the estimate on stderr, so stdout stays the configuration's JSON
+                print_estimate(args.chapter, args.profile, cfg, thread_count(args.threads),
+                               book_folder(args.book_dir, repo_root()), repo_root(), file=sys.stderr)
                 return 0
             run_chapter(args.chapter, args.profile, params, args.book_dir, args.no_cache, args.allow_download,
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code,

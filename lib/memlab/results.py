@@ -195,6 +195,14 @@ class Run:
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
 
+    def cost(self) -> dict[str, Any]:
+        """This run's cost so far (:func:`memlab.costs.run_cost`): CPU, wall, threads, memory, models."""
+        import torch
+
+        from memlab import costs
+
+        return costs.run_cost(time.process_time() - self.cpu_started, self.elapsed(), torch.get_num_threads())
+
     def record(self, **metrics: Any) -> None:
         """Add metrics (JSON-able after :func:`to_jsonable`)."""
         self.metrics.update(metrics)
@@ -216,7 +224,8 @@ class Run:
             "claims": claims or [],
             "figures": figures,
             "provenance": {**provenance(self.cfg.profile, self.elapsed()),
-                           "chapter_code": chapter_code(self.chapter)},
+                           "chapter_code": chapter_code(self.chapter),
+                           "cost": self.cost()},
         }
 
     def save(self, claims: list[dict] | None = None) -> Path:

@@ -343,6 +343,37 @@ def flag_env(allow_download: bool = False, allow_cpu: bool = False, trust_remote
         os.environ.update(before)
 
 
+def estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Path) -> dict:
+    """The cost of the run about to start (:func:`memlab.costs.estimate`), from this book's cost log and the published one."""
+    from memlab import cache, costs
+    from memlab.results import to_jsonable
+
+    books = list(dict.fromkeys([book, root / "book"]))
+    return costs.estimate(chapter, profile, to_jsonable(cfg.to_dict()), threads, books, cache.has)
+
+
+def print_estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Path, file=None) -> dict:
+    """Print the one estimate line before any work; returns the estimate."""
+    from memlab import costs
+
+    est = estimate(chapter, profile, cfg, threads, book, root)
+    print(costs.estimate_line(chapter, profile, est), file=file or sys.stdout, flush=True)
+    return est
+
+
+def _record_cost(book: Path, chapter: str, wall_s: float, est: dict) -> None:
+    """Append the published run's cost to the book's cost log (``<book>/costs.json``)."""
+    import json
+
+    from memlab import costs
+
+    try:
+        payload = json.loads((book / "results" / f"{chapter}.json").read_text())
+    except (OSError, ValueError):
+        return
+    costs.record(book, payload, wall_s, est.get("this_cpu_s"))
+
+
 def run_chapter(
     chapter: str,
     profile: str = DEFAULT_PROFILE,
@@ -383,6 +414,7 @@ def run_chapter(
     try:
         set_flag_env(allow_download, allow_cpu, trust_remote_code)
         nb, cfg = validate(chapter, profile, params, root)
+        est = print_estimate(chapter, profile, cfg, n_threads, book, root)
         from memlab import preflight
 
         preflight.fetch(chapter, cfg)  # downloads (when allowed) before the kernel starts
@@ -448,7 +480,9 @@ def run_chapter(
             publish(staging, book, chapter)
         except PublishError as err:
             raise RunError(str(err)) from None
-        print(f"{chapter}: ran at profile {profile} in {time.perf_counter() - start:.0f} s -> "
+        wall = time.perf_counter() - start
+        _record_cost(book, chapter, wall, est)
+        print(f"{chapter}: ran at profile {profile} in {wall:.0f} s -> "
               f"{book / 'chapters' / (chapter + '.ipynb')}")
     finally:
         os.environ.clear()

@@ -1,0 +1,288 @@
+"""What a chapter run costs: the ledger a run keeps, the record it leaves, the estimate before the next run.
+
+Three parts, one per moment of a run:
+
+1. **During the run** (in the chapter's kernel) the model cache calls :func:`begin` and :func:`end`
+   around every model it trains or tensor set it computes, and :func:`loaded` for every entry it
+   loads. The ledger keeps each cache key's stage and its own training CPU and wall seconds
+   (exclusive: a stage that trains another inside it is charged only its own part).
+2. **When the run saves** its results, :func:`run_cost` summarises the ledger with the run's CPU
+   time, wall time, threads and peak memory; it goes into the results' provenance (``cost``).
+   After publishing, the runner appends it to the book's cost log (:func:`record`,
+   ``<book>/costs.json``), the source of the cost page.
+3. **Before the next run** :func:`estimate` reads the cost log: for a run with the same chapter,
+   profile and parameters it knows every model the run needs (the cache keys of the last such
+   run), which of them are cached now, what each costs to train, and the rest of the run's CPU
+   time; wall time at the chosen threads comes from recorded runs at that thread count.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+LOG_NAME = "costs.json"
+KEEP_PER_CHAPTER = 12  # records kept per chapter and profile in the cost log
+
+# Per process: the cache keys this run touched, and the stack of trainings in progress.
+_ENTRIES: dict[str, dict] = {}
+_STACK: list[dict] = []
+
+
+def reset() -> None:
+    """Forget the ledger (a new run in the same process; tests)."""
+    _ENTRIES.clear()
+    _STACK.clear()
+
+
+def begin(key: str, stage: str) -> None:
+    """A cache miss: training (or computing) ``key`` of ``stage`` starts now."""
+    _STACK.append({"key": key, "stage": stage, "cpu0": time.process_time(), "wall0": time.perf_counter(),
+                   "child_cpu": 0.0, "child_wall": 0.0})
+
+
+def end(key: str) -> None:
+    """The training begun by :func:`begin` for ``key`` has finished: charge its own seconds to it."""
+    if not _STACK or _STACK[-1]["key"] != key:
+        return  # an exception unwound a nested training; nothing sound to record
+    top = _STACK.pop()
+    cpu = time.process_time() - top["cpu0"]
+    wall = time.perf_counter() - top["wall0"]
+    _ENTRIES[key] = {"stage": top["stage"], "trained": True,
+                     "train_cpu_s": round(max(0.0, cpu - top["child_cpu"]), 2),
+                     "train_wall_s": round(max(0.0, wall - top["child_wall"]), 2)}
+    if _STACK:  # the enclosing training is charged only its own part
+        _STACK[-1]["child_cpu"] += cpu
+        _STACK[-1]["child_wall"] += wall
+
+
+def loaded(key: str, stage: str) -> None:
+    """A cache hit: ``key`` of ``stage`` was loaded, not trained."""
+    _ENTRIES.setdefault(key, {"stage": stage, "trained": False})
+
+
+def peak_memory_mb() -> float:
+    """This process's peak resident memory in MiB (Linux ``ru_maxrss`` is in KiB)."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(rss / (1024 * 1024 if sys.platform == "darwin" else 1024), 1)
+
+
+def run_cost(cpu_s: float, wall_s: float, threads: int) -> dict[str, Any]:
+    """The run's cost so far: CPU and wall seconds, threads, peak memory, models trained and loaded, per key."""
+    trained = [k for k, e in _ENTRIES.items() if e["trained"]]
+    return {"cpu_s": round(float(cpu_s), 1), "wall_s": round(float(wall_s), 1), "threads": int(threads),
+            "peak_memory_mb": peak_memory_mb(), "trained": len(trained),
+            "loaded": len(_ENTRIES) - len(trained),
+            "train_cpu_s": round(sum(_ENTRIES[k]["train_cpu_s"] for k in trained), 1),
+            "keys": {k: dict(e) for k, e in _ENTRIES.items()}}
+
+
+def params_hash(params: dict) -> str:
+    """A short fingerprint of a run's resolved parameters (which models it needs depends on them)."""
+    text = json.dumps(params, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def kind(cost: dict) -> str:
+    """``cold`` (trained everything), ``warm`` (loaded everything) or ``partial``."""
+    if not cost.get("trained"):
+        return "warm"
+    return "cold" if not cost.get("loaded") else "partial"
+
+
+def log_path(book: Path) -> Path:
+    return Path(book) / LOG_NAME
+
+
+def read_log(book: Path) -> list[dict]:
+    """The cost log's records (oldest first); a missing or unreadable log is empty."""
+    try:
+        data = json.loads(log_path(book).read_text())
+    except (OSError, ValueError):
+        return []
+    return [r for r in data.get("runs", []) if isinstance(r, dict)] if isinstance(data, dict) else []
+
+
+def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | None = None) -> dict | None:
+    """Append the cost of the published run ``payload`` (a results JSON) to ``<book>/costs.json``.
+
+    ``wall_s`` is the runner's own measure (kernel start included). ``estimate_cpu_s`` is what
+    :func:`estimate` predicted before the run, kept beside the measurement to show how close it
+    was. Returns the record, or None when the results carry no cost (an older kernel).
+    """
+    from memlab.fsutil import write_atomic
+
+    prov = payload.get("provenance") or {}
+    cost = prov.get("cost")
+    if not isinstance(cost, dict):
+        return None
+    rec = {"chapter": payload.get("chapter"), "profile": payload.get("profile"),
+           "params": params_hash(payload.get("params") or {}), "date": prov.get("date"),
+           "device": prov.get("device"), "commit": prov.get("git_commit"), "kind": kind(cost),
+           **{k: cost[k] for k in ("cpu_s", "threads", "peak_memory_mb", "trained", "loaded", "train_cpu_s")},
+           "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
+           "estimate_cpu_s": None if estimate_cpu_s is None else round(float(estimate_cpu_s), 1),
+           "keys": cost.get("keys", {})}
+    runs = read_log(book) + [rec]
+    same = [r for r in runs if (r.get("chapter"), r.get("profile")) == (rec["chapter"], rec["profile"])]
+    drop = {id(r) for r in same[:-KEEP_PER_CHAPTER]}
+    runs = [r for r in runs if id(r) not in drop]
+    text = (json.dumps({"runs": runs}, indent=1) + "\n").encode()
+    write_atomic(log_path(book), lambda f: f.write(text))
+    return rec
+
+
+def _key_costs(runs: Iterable[dict]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each key's training CPU seconds (latest record that trained it), and each stage's list of them."""
+    by_key: dict[str, float] = {}
+    by_stage: dict[str, list[float]] = {}
+    for r in runs:
+        for k, e in (r.get("keys") or {}).items():
+            if e.get("trained") and isinstance(e.get("train_cpu_s"), (int, float)):
+                by_key[k] = float(e["train_cpu_s"])
+                by_stage.setdefault(e.get("stage", "?"), []).append(float(e["train_cpu_s"]))
+    return by_key, by_stage
+
+
+def _speedup(runs: list[dict], threads: int) -> float | None:
+    """CPU seconds per wall second of recorded runs at ``threads`` threads (None if none recorded)."""
+    ratios = [r["cpu_s"] / r["kernel_wall_s"] for r in runs
+              if r.get("threads") == threads and r.get("kernel_wall_s") and r.get("cpu_s")]
+    return sum(ratios) / len(ratios) if ratios else None
+
+
+def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iterable[Path],
+             is_cached: Callable[[str], bool]) -> dict:
+    """What the run about to start will cost, from the cost logs of ``books``.
+
+    ``is_cached(key)`` says whether a cache entry is there now (:func:`memlab.cache.has`).
+    Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
+    ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, and the wall seconds of
+    each at ``threads`` threads when a recorded run at that thread count gives the ratio
+    (``cold_wall_s``, ``this_wall_s``; else None), ``runs`` (how many records it used).
+    """
+    runs: list[dict] = []
+    for book in books:
+        runs += [r for r in read_log(book) if (r.get("chapter"), r.get("profile")) == (chapter, profile)]
+    out: dict[str, Any] = {"known": False, "runs": len(runs), "threads": threads}
+    same = [r for r in runs if r.get("params") == params_hash(params)]
+    if not same:
+        return out
+    last = same[-1]
+    by_key, by_stage = _key_costs(runs)
+    keys = last.get("keys") or {}
+    rest = max(0.0, float(last["cpu_s"]) - float(last.get("train_cpu_s") or 0.0))  # the run minus its training
+    cold = this = rest
+    cached = 0
+    for k, e in keys.items():
+        cost = by_key.get(k)
+        if cost is None:  # never seen trained: the stage's mean
+            stage = by_stage.get(e.get("stage", "?"))
+            cost = sum(stage) / len(stage) if stage else 0.0
+        cold += cost
+        if is_cached(k):
+            cached += 1
+        else:
+            this += cost
+    speed = _speedup(runs, threads)
+    out.update(known=True, models=len(keys), cached=cached, cold_cpu_s=round(cold, 1), this_cpu_s=round(this, 1),
+               cold_wall_s=None if speed is None else round(cold / speed, 1),
+               this_wall_s=None if speed is None else round(this / speed, 1), date=last.get("date"))
+    return out
+
+
+def _minutes(seconds: float) -> str:
+    m = seconds / 60
+    return f"{m:.0f}" if m >= 10 else f"{m:.1f}"
+
+
+def estimate_line(chapter: str, profile: str, est: dict) -> str:
+    """The one line ``memlab run`` prints before any work (see :func:`estimate`)."""
+    t = est["threads"]
+    if not est["known"]:
+        seen = f" ({est['runs']} recorded with other parameters)" if est["runs"] else ""
+        return (f"estimate: no recorded run of {chapter} at {profile} with these parameters{seen}; "
+                f"running at {t} thread{'s' if t != 1 else ''}")
+
+    def wall(key: str) -> str:
+        s = est[f"{key}_wall_s"]
+        return f"~{_minutes(s)} min wall at {t} threads" if s is not None else f"wall at {t} threads not yet measured"
+
+    return (f"estimate: {chapter} at {profile}: a cold run ~{_minutes(est['cold_cpu_s'])} CPU-min "
+            f"({wall('cold')}); {est['cached']} of {est['models']} models cached, so this run "
+            f"~{_minutes(est['this_cpu_s'])} CPU-min ({wall('this')})")
+
+
+# ----------------------------------------------------------------------------- the cost page
+
+def _latest(runs: list[dict], chapter: str, profile: str, kinds: tuple[str, ...]) -> dict | None:
+    same = [r for r in runs if r.get("chapter") == chapter and r.get("profile") == profile and r.get("kind") in kinds]
+    return same[-1] if same else None
+
+
+def _cell_min(seconds) -> str:
+    return "\u2013" if not isinstance(seconds, (int, float)) else _minutes(float(seconds))
+
+
+def _row(title: str, what: str, r: dict | None) -> str:
+    if r is None:
+        return f"| {title} | {what} | no recorded run yet | | | | | | |"
+    est = r.get("estimate_cpu_s")
+    est_text = "\u2013" if est is None else f"{_cell_min(est)} vs {_cell_min(r['cpu_s'])}"
+    mem = r.get("peak_memory_mb")
+    mem_text = "\u2013" if mem is None else f"{mem / 1024:.1f}"
+    cpu = str(r.get("device") or "").replace("|", "/")
+    return (f"| {title} | {what} | {_cell_min(r.get('wall_s'))} | {_cell_min(r.get('cpu_s'))} | {r.get('threads')} "
+            f"| {mem_text} | {r.get('trained')} / {r.get('loaded')} | {est_text} | {cpu}, {str(r.get('date'))[:10]} |")
+
+
+def page_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
+    """The book's cost page: per chapter, the last cold and warm run at ``profile`` as the runs recorded them.
+
+    ``chapters``: chapter id -> title, in book order. Every number comes from ``costs.json``.
+    """
+    lines = [
+        "# What a run costs",
+        "",
+        f"Measured by the runs themselves at the `{profile}` profile: every `memlab run` appends its cost "
+        "to `book/costs.json` after it publishes, and this page shows the last **cold** run (every model "
+        "trained, empty cache) and the last **warm** run (every model loaded from the cache) of each "
+        "chapter. Before a run starts, `memlab run` prints its estimate from the same records: how many "
+        "of the run's models are cached and what the rest costs.",
+        "",
+        "| Chapter | Run | Wall (min) | CPU (min) | Threads | Peak memory (GB) | Models trained / loaded "
+        "| Estimated vs measured CPU (min) | CPU type, date |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cid, title in chapters.items():
+        lines.append(_row(title, "cold", _latest(runs, cid, profile, ("cold",))))
+        lines.append(_row(title, "warm", _latest(runs, cid, profile, ("warm",))))
+    lines += ["", "Wall time depends on the machine and on what else it runs; CPU time is the kernel's own "
+              "(training and evaluation), which a loaded machine changes much less. A run that trained some "
+              "models and loaded others (\"partial\") is kept in the log but not shown here."]
+    return "\n".join(lines) + "\n"
+
+
+def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
+    """One paragraph for the front page: the whole book's measured cold cost, or that none is recorded."""
+    cold = [_latest(runs, cid, profile, ("cold",)) for cid in chapters]
+    have = [r for r in cold if r is not None]
+    if not have:
+        return (f"No cold run of the chapters at `{profile}` has been recorded in this book yet; "
+                "[What a run costs](cost.md) fills in as runs record themselves.")
+    wall = sum(r["wall_s"] for r in have)
+    cpu = sum(r["cpu_s"] for r in have)
+    longest = max(have, key=lambda r: r["wall_s"])
+    threads = sorted({r["threads"] for r in have})
+    part = "" if len(have) == len(chapters) else f" ({len(have)} of {len(chapters)} chapters recorded)"
+    return (f"Measured cold (empty model cache) at `{profile}`: the chapters took {_minutes(wall)} minutes wall "
+            f"and {_minutes(cpu)} CPU-minutes in all{part}, at {'/'.join(map(str, threads))} thread(s); the "
+            f"longest, {chapters[longest['chapter']]}, {_minutes(longest['wall_s'])} minutes. Per chapter, "
+            "warm runs and the machine: [What a run costs](cost.md).")

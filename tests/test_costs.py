@@ -1,0 +1,150 @@
+"""The cost ledger, the book's cost log and the estimate `memlab run` prints before any work."""
+
+import json
+
+import pytest
+
+from conftest import install_fake_chapter
+from memlab import cli, costs
+
+
+@pytest.fixture(autouse=True)
+def _fresh_ledger():
+    costs.reset()
+    yield
+    costs.reset()
+
+
+class Clock:
+    """A fake process and wall clock, advanced by hand."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_nested_training_is_charged_only_its_own_seconds(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(costs.time, "process_time", clock)
+    monkeypatch.setattr(costs.time, "perf_counter", clock)
+    costs.begin("outer", "retrain")
+    clock.t += 3          # outer's own work
+    costs.begin("inner", "original")
+    clock.t += 5          # the model outer needs, trained inside it
+    costs.end("inner")
+    clock.t += 2          # outer again
+    costs.end("outer")
+    costs.loaded("other", "probe")
+    cost = costs.run_cost(cpu_s=12.0, wall_s=6.0, threads=2)
+    assert cost["keys"]["inner"]["train_cpu_s"] == 5.0
+    assert cost["keys"]["outer"]["train_cpu_s"] == 5.0  # 10 s inclusive minus the inner 5
+    assert (cost["trained"], cost["loaded"], cost["train_cpu_s"], cost["threads"]) == (2, 1, 10.0, 2)
+    assert costs.kind(cost) == "partial"
+    assert costs.kind({"trained": 0, "loaded": 3}) == "warm" and costs.kind({"trained": 2, "loaded": 0}) == "cold"
+
+
+def _payload(chapter="c", params=None, cpu=100.0, train=80.0, wall=60.0, threads=2, keys=None):
+    keys = keys if keys is not None else {"k1": {"stage": "s", "trained": True, "train_cpu_s": 50.0},
+                                          "k2": {"stage": "s", "trained": True, "train_cpu_s": 30.0}}
+    trained = sum(e["trained"] for e in keys.values())
+    return {"chapter": chapter, "profile": "cpu", "params": params or {"seed": 0},
+            "provenance": {"date": "2026-12-01T00:00:00+00:00", "device": "cpu (X)", "git_commit": "abc",
+                           "cost": {"cpu_s": cpu, "wall_s": wall, "threads": threads, "peak_memory_mb": 10.0,
+                                    "trained": trained, "loaded": len(keys) - trained,
+                                    "train_cpu_s": train, "keys": keys}}}
+
+
+def test_the_estimate_counts_cached_models_and_charges_only_the_missing_ones(tmp_path):
+    book = tmp_path / "book"
+    book.mkdir()
+    rec = costs.record(book, _payload(), wall_s=65.0, estimate_cpu_s=None)
+    assert rec["kind"] == "cold" and rec["wall_s"] == 65.0
+    est = costs.estimate("c", "cpu", {"seed": 0}, 2, [book], is_cached=lambda k: k == "k1")
+    # the run's own 20 s (100 - 80 of training) plus k2's 30 s: k1 is cached
+    assert (est["models"], est["cached"], est["cold_cpu_s"], est["this_cpu_s"]) == (2, 1, 100.0, 50.0)
+    assert est["cold_wall_s"] == pytest.approx(100 / (100 / 60))  # the recorded run's CPU/wall ratio at 2 threads
+    line = costs.estimate_line("c", "cpu", est)
+    assert line.startswith("estimate: c at cpu: a cold run ~1.7 CPU-min (~1.0 min wall at 2 threads); "
+                           "1 of 2 models cached, so this run ~0.8 CPU-min")
+    at_one = costs.estimate("c", "cpu", {"seed": 0}, 1, [book], is_cached=lambda k: False)
+    assert at_one["cold_wall_s"] is None and "wall at 1 threads not yet measured" in costs.estimate_line("c", "cpu", at_one)
+    other = costs.estimate("c", "cpu", {"seed": 1}, 2, [book], is_cached=lambda k: False)
+    assert not other["known"]
+    assert costs.estimate_line("c", "cpu", other) == ("estimate: no recorded run of c at cpu with these parameters "
+                                                     "(1 recorded with other parameters); running at 2 threads")
+
+
+def test_the_log_keeps_the_latest_records_of_each_chapter(tmp_path):
+    for i in range(costs.KEEP_PER_CHAPTER + 3):
+        costs.record(tmp_path, _payload(cpu=100.0 + i), wall_s=1.0)
+    costs.record(tmp_path, _payload(chapter="d"), wall_s=1.0)
+    runs = costs.read_log(tmp_path)
+    c = [r for r in runs if r["chapter"] == "c"]
+    assert len(c) == costs.KEEP_PER_CHAPTER and c[-1]["cpu_s"] == 100.0 + costs.KEEP_PER_CHAPTER + 2
+    assert [r["chapter"] for r in runs].count("d") == 1
+    assert costs.record(tmp_path, {"provenance": {}}, wall_s=1.0) is None  # results without a cost
+
+
+SPEC = '''
+from memlab.config import Param
+SPEC = {"seed": Param(int, 0, low=0)}
+'''
+
+NOTEBOOK = '''
+# %% tags=["parameters"]
+profile: str = "cpu"
+params: dict = {}
+
+# %%
+import sys
+sys.path.insert(0, {spec_dir!r})
+import costs_spec
+import torch
+from memlab import cache, config, results
+cfg = config.resolve_spec("fake", costs_spec.SPEC, profile, **params)
+run = results.Run(cfg)
+for stage in ("a", "b"):
+    t = cache.load_or_compute("fake", stage, {"seed": cfg.seed}, lambda: {"x": torch.randn(64, 64) @ torch.randn(64, 64)})
+run.record(x=float(t["x"].sum()))
+run.save(claims=[])
+'''
+
+
+def test_a_run_says_its_cost_before_it_starts_and_records_it_after(tmp_path, monkeypatch, capsys):
+    install_fake_chapter(tmp_path, monkeypatch, SPEC, NOTEBOOK, module="costs_spec")
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["run", "fake", "--profile", "smoke", "--threads", "1"]) == 0
+    first = capsys.readouterr().out
+    assert first.splitlines()[0] == ("estimate: no recorded run of fake at smoke with these parameters; "
+                                      "running at 1 thread")
+    log = json.loads((tmp_path / "book" / "costs.json").read_text())["runs"]
+    assert [(r["kind"], r["trained"], r["loaded"], r["threads"]) for r in log] == [("cold", 2, 0, 1)]
+    assert cli.main(["run", "fake", "--profile", "smoke", "--threads", "1"]) == 0
+    second = capsys.readouterr().out.splitlines()[0]
+    assert second.startswith("estimate: fake at smoke: a cold run ~") and "2 of 2 models cached" in second
+    log = json.loads((tmp_path / "book" / "costs.json").read_text())["runs"]
+    assert [(r["kind"], r["trained"], r["loaded"]) for r in log] == [("cold", 2, 0), ("warm", 0, 2)]
+    assert log[1]["estimate_cpu_s"] is not None and log[1]["peak_memory_mb"] > 0
+    # the dry run says the same, on stderr, leaving stdout to the configuration's JSON
+    assert cli.main(["run", "fake", "--profile", "smoke", "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["seed"] == 0 and "2 of 2 models cached" in out.err
+
+
+def test_the_cost_page_shows_the_last_cold_and_warm_run_of_every_chapter(tmp_path):
+    costs.record(tmp_path, _payload(chapter="a", cpu=600.0, wall=300.0), wall_s=320.0)
+    warm = {"k1": {"stage": "s", "trained": False}, "k2": {"stage": "s", "trained": False}}
+    costs.record(tmp_path, _payload(chapter="a", cpu=60.0, train=0.0, wall=40.0, keys=warm), wall_s=45.0,
+                 estimate_cpu_s=66.0)
+    runs = costs.read_log(tmp_path)
+    page = costs.page_markdown(runs, {"a": "Chapter A", "b": "Chapter B"})
+    rows = [line for line in page.splitlines() if line.startswith("| Chapter ")][1:]  # after the header
+    assert rows[0].startswith("| Chapter A | cold | 5.3 | 10 | 2 | 0.0 | 2 / 0 | \u2013 |")
+    assert rows[1].startswith("| Chapter A | warm | 0.8 | 1.0 | 2 | 0.0 | 0 / 2 | 1.1 vs 1.0 |")
+    assert rows[2] == "| Chapter B | cold | no recorded run yet | | | | | | |"
+    summary = costs.summary_markdown(runs, {"a": "Chapter A", "b": "Chapter B"})
+    assert summary.startswith("Measured cold (empty model cache) at `cpu`: the chapters took 5.3 minutes wall "
+                              "and 10 CPU-minutes in all (1 of 2 chapters recorded), at 2 thread(s)")
+    assert "No cold run" in costs.summary_markdown([], {"a": "Chapter A"})
