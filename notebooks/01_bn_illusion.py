@@ -43,23 +43,18 @@ profile: str = "cpu"  # smoke | cpu | paper
 params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (SPEC)
 
 # %% tags=["hide-input"]
-import time
 import warnings
-
-_cpu0 = time.process_time()  # this run's CPU time, for the cost line at the end
 
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import bn, config, paper, plotting, results
+from memlab import bn, pagekit, paper, plotting
 from memlab.experiments import ch01_bn_illusion as ch
 
 warnings.filterwarnings("ignore", category=UserWarning)
-CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter package
+cfg, run = pagekit.start(CH, profile, params)
 pd.options.display.float_format = "{:.1f}".format
 
 # %% [markdown]
@@ -96,16 +91,7 @@ sizes = pd.DataFrame(
     ],
 )
 display(sizes.style.format("{:d}"))
-run.record(
-    original=orig_audit,
-    forget_classes=data.forget_classes,
-    ood_source=data.ood_note,
-    sizes={
-        "forget_test": len(data.test_forget_y),
-        "eval_retain": len(data.eval_retain_y),
-        "test": len(data.test_y),
-    },
-)
+run.record(**ch.data_metrics(data, orig_audit))
 
 # %% [markdown]
 # ### The regime
@@ -119,7 +105,7 @@ run.record(
 
 # %%
 reg = ch.regime({"Original": orig, "Retrain": retrain0}, data)
-acc_cols = ["train acc (retain)", "test acc", "forget-class test acc"]
+acc_cols = ch.REGIME_COLUMNS
 paper_col = [
     f"not reported (Retrain {paper.number(CH, 'regime_retrain_retain'):.1f})",
     "not reported",
@@ -133,7 +119,7 @@ regime_view["ours 95% CI (Original)"] = [
     "",
 ]
 display(regime_view)
-run.record(regime=reg[acc_cols].to_dict(orient="index"))
+run.record(**ch.regime_metrics(reg))
 display(
     Markdown(
         f"Our original reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class test"
@@ -191,8 +177,9 @@ display(
 # incompetent-teacher-only variant, UNSIR-style noise injection {cite}`tarun2023unsir`, selective
 # synaptic dampening (SSD) {cite}`foster2024ssd`, and projected-gradient unlearning (PGU)
 # {cite}`hoang2024pgu` in the paper's cleaner-covariance reading. Each module in
-# `memlab/unlearning/` documents its hyperparameters. `memlab.experiments.ch01_bn_illusion.METHOD_HPARAMS`
-# holds them for every profile, and the `paper` profile uses the reference defaults.
+# `memlab/unlearning/` documents its hyperparameters. The table `HPARAMS` of
+# `memlab.experiments.ch01_bn_illusion.spec` holds the values each profile sets, and the `paper`
+# profile uses the reference defaults.
 #
 # The *BN mode* column says how each method treats BatchNorm while it unlearns. `train`
 # means forget data can corrupt the running statistics. `eval` means the statistics stay
@@ -236,17 +223,8 @@ display(
 )
 if cfg.n_seeds > 1:
     display(summary.filter(like=" std"))
-table1_metrics = {
-    m: {k: float(v) for k, v in r.items() if k != "BN mode"}
-    for m, r in summary.iterrows()
-}
-run.record(
-    table1=table1_metrics,
-    bn_modes=summary["BN mode"].to_dict(),
-    relearn_curves={
-        f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()
-    },
-)
+t1_metrics = ch.table1_metrics(summary, long)
+run.record(**t1_metrics)
 # GA keeps the paper's step count (its paper row is 42 pp below Retrain on retain).
 drift = ours["Pre-R"] - orig_audit["Pre-R"]
 drift = drift.drop(index=["Retrain", "GA"], errors="ignore")
@@ -260,8 +238,7 @@ display(
         + (f"more than 10 pp away: {far}." if far else "all within 10 pp.")
     )
 )
-checked = [bn.weights_equal(m, c) for m, c in models.values()]
-run.record(recal_weights_unchanged=all(checked), recal_models_checked=len(checked))
+run.record(**ch.recal_metrics(models))
 nine = ours.drop(index="Retrain", errors="ignore")
 big = nine.index[nine["ΔF"] >= ch.GAP_PP].tolist()
 display(
@@ -308,10 +285,8 @@ t2_view = paper.side_by_side(table2, t2_paper, metrics=["BN-residual", "NC-resid
 for col in ("LP", "LP (recal)"):
     t2_view[(col, "ours")] = table2[col].reindex(t2_view.index)
 display(t2_view.style.format(precision=2, na_rep="–"))
-run.record(table2=table2.to_dict(orient="index"))
-if cfg.dataset == "cifar100":
-    run.record(table2_cifar100=table2.to_dict(orient="index"))
-else:
+run.record(**ch.table2_metrics(table2, cfg.dataset))
+if cfg.dataset != "cifar100":
     c100 = paper.table(CH, "table2_cifar100").assign(
         ours="not run at this profile (needs dataset='cifar100')"
     )
@@ -346,7 +321,7 @@ ax.set_ylim(0, 100)
 ax.legend(ncols=n_cols, loc="upper left")
 _ = plotting.publish(fig, "fig1a", CH)
 display(fig1a_df.style.format(precision=1))
-run.record(figure1a=fig1a_df.to_dict(orient="index"))
+run.record(**ch.figure1a_metrics(fig1a_df))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-fig1a
@@ -366,7 +341,7 @@ run.record(figure1a=fig1a_df.to_dict(orient="index"))
 
 # %%
 sweep = ch.budget_sweep(cfg, data, models)
-post_f = {m: table1_metrics[m]["Post-F"] for m in cfg.recovery_methods}
+post_f = {m: t1_metrics["table1"][m]["Post-F"] for m in cfg.recovery_methods}
 # One panel per method, one line per image source; dashed: the audit's recalibration.
 source_labels = {
     "retain": "retain images",
@@ -401,9 +376,7 @@ axes[0].set_ylim(0, 100)
 handles, labels = axes[0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="outside lower center", ncols=len(labels))
 _ = plotting.publish(fig, "fig1b", CH)
-piv = (
-    sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
-)
+piv = ch.figure1b_table(sweep)
 display(piv.style.format(precision=1))
 rec = paper.table(CH, "recovery_b10")
 display(
@@ -416,16 +389,7 @@ display(
         + f". Our out-of-distribution source: {data.ood_note}."
     )
 )
-b10 = (
-    sweep[(sweep["budget"] == min(cfg.budgets)) & (sweep["source"] == "test")]
-    .groupby("method")["forget_acc"]
-    .mean()
-)
-run.record(
-    figure1b=piv.reset_index().to_dict(orient="records"),
-    recovery_b10_test=b10.to_dict(),
-    smallest_budget=min(cfg.budgets),
-)
+run.record(**ch.figure1b_metrics(sweep, cfg.budgets))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-fig1b
@@ -450,12 +414,7 @@ if cfg.gn_control:
     display(
         gn[ch.METRICS].style.format(precision=1).format(precision=3, subset=["ReAUC"])
     )
-    run.record(
-        gn_table={
-            m: {k: float(v) for k, v in r.items() if k != "BN mode"}
-            for m, r in gn.iterrows()
-        }
-    )
+    run.record(**ch.gn_metrics(gn))
 else:
     display(Markdown("GroupNorm control not run (`gn_control=False`)."))
 
@@ -471,9 +430,7 @@ else:
 if cfg.vit_control:
     vit = ch.vit_control(cfg, data)
     display(vit.style.format(precision=1))
-    run.record(
-        vit_table=vit.drop(columns=["weights unchanged"]).to_dict(orient="index")
-    )
+    run.record(**ch.vit_metrics(vit))
 else:
     display(Markdown(f"Not run at the `{cfg.profile}` profile (`vit_control=False`)."))
 
@@ -517,7 +474,7 @@ display(
         + " for Post-F vs ReAUC."
     )
 )
-run.record(correlations=corr.to_dict(orient="records"))
+run.record(**ch.correlation_metrics(corr))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-correlations
@@ -552,7 +509,7 @@ def plot_pre_post(df: pd.DataFrame, xlabel: str):
 
 _ = plotting.publish(plot_pre_post(app_h, "gradient-ascent steps"), "appendix_h", CH)
 display(app_h.style.format(precision=1))
-run.record(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items()})
+run.record(**ch.appendix_h_metrics(app_h))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-appendix_h
@@ -573,9 +530,7 @@ app_q = ch.salun_mix_sweep(cfg, data, cfg.seed)
 fig = plot_pre_post(app_q, "retain share of each SalUn batch")
 _ = plotting.publish(fig, "appendix_q", CH)
 display(app_q.style.format(precision=1).format_index(precision=2))
-run.record(
-    appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()}
-)
+run.record(**ch.appendix_q_metrics(app_q))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-appendix_q
@@ -611,13 +566,7 @@ ax.legend(ncols=2, fontsize=7)
 _ = plotting.publish(fig, "fig2", CH)
 by_method = mis.groupby("method", sort=False)[["before", "after"]].agg(["mean", "max"])
 display(by_method.style.format(precision=4))
-run.record(
-    misalignment={
-        "before_mean": mis.groupby("method")["before"].mean().to_dict(),
-        "before_max": mis.groupby("method")["before"].max().to_dict(),
-        "after_mean": mis.groupby("method")["after"].mean().to_dict(),
-    }
-)
+run.record(**ch.misalignment_metrics(mis))
 
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-fig2
@@ -634,11 +583,8 @@ run.record(
 # pattern), Tiny-ImageNet or ImageNet-100 are outside this chapter's runs.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-display(paper.claims_table(verdicts))
-_ = run.save(claims=verdicts)
+# Shows the claims table, saves the run, glues the verdict counts used below.
+verdicts = pagekit.judge(ch.claims(), run)
 if cfg.n_seeds == 1:
     # With one seed, a verdict that hinges on a few points of ΔF can follow the
     # seed's noise.
@@ -654,24 +600,7 @@ if cfg.n_seeds == 1:
     )
 
 # %% tags=["remove-input"]
-from myst_nb import glue
-
-counts = paper.tally(verdicts, kind=paper.CLAIM)
-for _verdict, _n in counts.items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
-glue(
-    f"{cfg.chapter}-n-sanity",
-    sum(paper.tally(verdicts, kind=paper.SANITY).values()),
-    display=False,
-)
-_run_cpu_min = (time.process_time() - _cpu0) / 60
-glue(f"{cfg.chapter}-run-cpu-min", f"{_run_cpu_min:.0f}", display=False)
-glue(
-    f"{cfg.chapter}-cold-cpu-min",
-    f"{ch.COLD_TRAIN_CPU_S / 60 + _run_cpu_min:.0f}",
-    display=False,
-)
+cost = pagekit.glue_cost(run, ch.COLD_TRAIN_CPU_S)  # the cost line below
 
 # %% [markdown]
 # ## What this means
@@ -686,33 +615,19 @@ glue(
 #
 # Cost: a cold run of this chapter at `cpu` (no cached models) takes about
 # {glue:}`01_bn_illusion-cold-cpu-min` CPU-minutes at one thread: the models' training,
-# measured once (`COLD_TRAIN_CPU_S` in the chapter module), plus
+# measured once (`COLD_TRAIN_CPU_S` in the chapter's `spec.py`), plus
 # {glue:}`01_bn_illusion-run-cpu-min` for this page's own audits, probes and recoveries
 # (this run's CPU time, the whole cost once the models are cached). That is more than the
 # 12 minutes we aim for at one thread; the largest share is the Original and Retrain of
 # the regime above (about 8 CPU-minutes), which the regime needs.
 
 # %% tags=["remove-input"]
-by_verdict = {}
-for d in verdicts:
-    if d.get("kind", paper.CLAIM) == paper.CLAIM:
-        by_verdict.setdefault(d["verdict"], []).append(d)
-heads = {
-    paper.REPRODUCED: "What held",
-    paper.NOT_REPRODUCED: "What did not",
-    paper.NOT_JUDGED: "What this run cannot decide",
-}
-lines = []
-for v, head in heads.items():
-    if by_verdict.get(v):
-        items = "; ".join(d["claim"] for d in by_verdict[v])
-        lines.append(f"**{head}.** {items}.")
-lines.append(
+pagekit.closing_summary(
+    verdicts,
     f"All of it comes from one seed of a width-{cfg.width} ResNet-18 whose original"
     f" knew the forget class at {orig_audit['Pre-F']:.0f}% (the paper's: about 98%),"
-    " so every gap is smaller than the paper's by construction."
+    " so every gap is smaller than the paper's by construction.",
 )
-display(Markdown("\n\n".join(lines)))
 
 # %% [markdown]
 # **What to take from it.** Before reading the forget accuracy of a BatchNorm model, recalibrate its

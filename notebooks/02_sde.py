@@ -59,17 +59,13 @@ params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (S
 import time
 
 import numpy as np
-import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import config, paper, plotting, results, sde
+from memlab import pagekit, paper, plotting, sde
 from memlab.experiments import ch02_sde as ch
 
-_clock = (time.perf_counter(), time.process_time())  # this run's wall and CPU clocks
-CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter package
+cfg, run = pagekit.start(CH, profile, params)
 
 # %% [markdown]
 # ## Data and models
@@ -86,18 +82,7 @@ run.provenance_box()
 # %%
 data = ch.load_data(cfg)
 sizes = dict(zip(cfg.holdout_fractions, cfg.subset_sizes))
-display(
-    pd.DataFrame(
-        {
-            "held-out samples": {
-                f"R={r * 100:g}%": int(round(r * len(data.y_train)))
-                for r in cfg.holdout_fractions
-            },
-            "|S| ours": {f"R={r * 100:g}%": s for r, s in sizes.items()},
-            "|S| paper": {"R=5%": 400, "R=10%": 1000, "R=20%": 2000},
-        }
-    ).rename_axis(f"{len(data.y_train)} training, {len(data.y_test)} test images")
-)
+display(ch.sizes_table(cfg, data))
 
 # %% [markdown]
 # ## Regime: how well the original fits
@@ -147,12 +132,7 @@ display(regime.round(2).rename_axis("Original model (Table 3 proxies)"))
 # %%
 models = ch.unlearn_all(cfg, data)
 accuracies = ch.accuracy_table(cfg, data, models)
-kept = {n: ch.acc_kept(accuracies, n) for n in accuracies.index}
-display(
-    accuracies.assign(
-        **{"keeps Acc_r (rule)": pd.Series(kept).map({True: "yes", False: "no"})}
-    ).round(1)
-)
+display(ch.accuracy_rule_table(accuracies).round(1))
 
 # %% [markdown]
 # ## Table 1: telling in- from out-of-training subsets
@@ -168,22 +148,9 @@ display(
 main = ch.feature_metrics(cfg, data, models, accuracies, cfg.feature)
 frames = main.pop("_frames")
 f1 = frames["f1"]
-main_col = f"R={cfg.forget_fraction * 100:g}%"
-n_forget = int(round(cfg.forget_fraction * len(data.y_train)))
-run.record(
-    **main,
-    main_column=main_col,
-    counts={"targets": cfg.n_targets, "forget": n_forget},
-)
-
-ours1 = pd.concat(
-    [
-        f1.loc[["SDE"]].rename(index={"SDE": "CIFAR-10"}),
-        pd.DataFrame(np.nan, index=list(ch.NOT_RUN_DATASETS), columns=f1.columns),
-    ]
-)
-table1 = paper.side_by_side(ours1, paper.table(CH, "table1"))
-display(table1.round(2))
+main_col = ch.column(cfg.forget_fraction)
+run.record(**ch.main_metrics(cfg, data, main))
+display(ch.table1(f1).round(2))
 display(
     Markdown(
         "SVHN, CIFAR-100 and Tiny-ImageNet: **not run** — no offline copy of these data"
@@ -200,13 +167,9 @@ display(
 # $R = 10\%$, $|S| = 1000$; ours is the $R = 10\%$ column of Table 1.
 
 # %%
-ours2 = f1[[main_col]].rename(columns={main_col: "F1"})
-display(paper.side_by_side(ours2, paper.table(CH, "table2")).round(2))
-display(
-    pd.concat({"F1": f1, "±": frames["band"]}, axis=1)
-    .round(2)
-    .rename_axis("every setting")
-)
+table2, every_setting = ch.table2(f1, frames["band"], main_col)
+display(table2.round(2))
+display(every_setting.round(2))
 
 # %% [markdown]
 # ## Table 3: evaluating unlearning methods
@@ -219,11 +182,7 @@ display(
 
 # %%
 table3 = frames["table3"]
-display(
-    paper.side_by_side(
-        table3, paper.table(CH, "table3"), ["Acc_r (%)", "Acc_f (%)", "ASR", "OTR (%)"]
-    ).round(2)
-)
+display(ch.table3(table3).round(2))
 display(table3[["Acc_test (%)", "Acc_r recal. (%)"]].round(1).T)
 
 # %%
@@ -297,14 +256,10 @@ _ = plotting.publish(fig, "size", CH)
 # HSIC, the dependence distribution is a point, and the verdict is decided by ties.
 
 # %%
-r_main = min(cfg.holdout_fractions, key=lambda r: abs(r - cfg.forget_fraction))
+r_main = ch.main_fraction(cfg)
 final_main, early_main = frames["controlled"]["models"][r_main]
 depth = ch.depth_ablation(cfg, data, final_main, r_main, sizes[r_main])
-run.record(
-    depth=depth["SDE F1"].to_dict(),
-    depth_band=depth["band"].to_dict(),
-    early_epochs=ch.early_epoch(cfg),
-)
+run.record(**ch.depth_metrics(cfg, depth))
 display(frames["bandwidth"].round(2).T)
 display(depth.round(2).T)
 display(
@@ -338,15 +293,12 @@ for feat in _choices:
     other = ch.feature_metrics(cfg, data, models, accuracies, feat)
     other.pop("_frames")
     by_feature[feat] = other
-common = {k: run.metrics[k] for k in ("main_column", "counts", "depth", "depth_band")}
 rows = {}
-verdicts_by = {}
 for feat, m in by_feature.items():
-    m_all = {**common, **m, "identity": {"n_subsets": 0, "max_rel_err": 0.0,
-                                       "share_within_3se": 1.0, "pearson_spread": 0.0}}
-    verdicts_by[feat] = paper.evaluate(ch.claims(), m_all, cfg.profile)
-    rows[feat] = ch.sensitivity_row(cfg, m, verdicts_by[feat])
-sensitivity = pd.DataFrame(rows).T.rename_axis("outputs SDE reads")
+    _inputs = ch.claim_inputs(run.metrics, m)
+    _verdicts = paper.evaluate(ch.claims(), _inputs, cfg.profile)
+    rows[feat] = ch.sensitivity_row(cfg, m, _verdicts)
+sensitivity = ch.sensitivity_table(rows)
 run.record(sensitivity=sensitivity.to_dict(orient="index"))
 display(sensitivity.map(lambda v: round(v, 2) if isinstance(v, float) else v))
 
@@ -427,16 +379,7 @@ display(
 # all. Its F1 beside the paper's statistic, same models, subsets and shuffles:
 
 # %%
-variant = pd.DataFrame(
-    {
-        "SDE (paper's statistic)": main["f1"]["SDE"],
-        "±": main["f1_band"]["SDE"],
-        f"{ch.VARIANT} (standardised)": main["variant_f1"],
-        "± ": main["variant_band"],
-        "paper SDE": paper.table(CH, "table1").loc["CIFAR-10"],
-    }
-).T
-display(variant.round(2).rename_axis(f"F1, outputs: {cfg.feature}"))
+display(ch.variant_table(cfg, main).round(2))
 
 # %% [markdown]
 # ## Applying SDE to your own model
@@ -469,6 +412,29 @@ display(
 )
 
 # %% [markdown]
+# ## Cost of this page
+#
+# The chapter's budget is 12 minutes cold (empty model cache) at `cpu` on two cores. The
+# models' training cost is recorded when they are trained and kept in the cache with
+# them, so a warm run can still state the cold figure: this run's own CPU time plus the
+# recorded training of every model it read from the cache.
+
+# %% tags=["hide-input"]
+costs = ch.training_costs(cfg)
+cost = ch.cost_metrics(costs, run.elapsed(), time.process_time() - run.cpu_started)
+run.record(cost=cost)
+minutes = pagekit.glue_cost(run, ch.cached_training_cpu_s(costs))
+display(costs.round(1))
+display(
+    Markdown(
+        f"Cold cost: **{minutes['cold-cpu-min']} CPU-minutes** (one thread, so about"
+        " that many minutes of wall time on an idle machine); this run took"
+        f" {minutes['run-wall-min']} min wall and {minutes['run-cpu-min']} CPU-min with"
+        f" {cost['models_cached']} of {len(costs)} models read from the cache."
+    )
+)
+
+# %% [markdown]
 # ## Claims
 #
 # Each claim of the paper is a predicate over the numbers above; thresholds are stated in the
@@ -480,88 +446,18 @@ display(
 # are not judged.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-display(paper.claims_table(verdicts))
-
-# %% tags=["remove-input"]
-from myst_nb import glue
-
-for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
-
-# %% [markdown]
-# ## Cost of this page
-#
-# The chapter's budget is 12 minutes cold (empty model cache) at `cpu` on two cores. The
-# models' training cost is recorded when they are trained and kept in the cache with
-# them, so a warm run can still state the cold figure: this run's own CPU time plus the
-# recorded training of every model it read from the cache.
-
-# %% tags=["hide-input"]
-costs = ch.training_costs(cfg)
-wall = time.perf_counter() - _clock[0]
-cpu = time.process_time() - _clock[1]
-cached = costs["cached"].astype(bool)
-cold_cpu = cpu + float(costs.loc[cached, "CPU s"].sum())
-run.record(
-    cost={
-        "this_run_wall_s": wall,
-        "this_run_cpu_s": cpu,
-        "models_cached": int(cached.sum()),
-        "cold_cpu_s": cold_cpu,
-        "training_cpu_s": float(costs["CPU s"].sum()),
-    }
-)
-display(costs.round(1))
-glue(f"{CH}-cold-min", f"{cold_cpu / 60:.1f}", display=False)
-glue(f"{CH}-run-min", f"{wall / 60:.1f}", display=False)
-display(
-    Markdown(
-        f"Cold cost: **{cold_cpu / 60:.1f} CPU-minutes** (one thread, so about that"
-        " many minutes of wall time on an idle machine); this run took"
-        f" {wall / 60:.1f} min wall and {cpu / 60:.1f} CPU-min with"
-        f" {int(cached.sum())} of {len(costs)} models read from the cache."
-    )
-)
-_ = run.save(claims=verdicts)
+verdicts = pagekit.judge(ch.claims(), run)
 
 # %% [markdown]
 # ## What this means
 #
-# At the profile of this page, {glue:}`02_sde-n-reproduced` reproduced,
+# At the profile of this page, {glue:}`02_sde-n-reproduced` of the paper's claims reproduced,
 # {glue:}`02_sde-n-not-reproduced` did not, {glue:}`02_sde-n-not-judged` could not be
-# judged and {glue:}`02_sde-n-not-run` were not run (sanity checks included); the page
-# cost {glue:}`02_sde-cold-min` CPU-minutes cold.
+# judged and {glue:}`02_sde-n-not-run` were not run (the spread identity, a sanity check, is
+# counted apart); the page cost {glue:}`02_sde-cold-cpu-min` CPU-minutes cold.
 
 # %% tags=["hide-input"]
-_by = {k: [v["key"] for v in verdicts if v["verdict"] == k and v["kind"] == paper.CLAIM]
-       for k in (paper.REPRODUCED, paper.NOT_REPRODUCED, paper.NOT_JUDGED)}
-_rep = {f: r["reproduced"] for f, r in sensitivity.iterrows()}
-display(
-    Markdown(
-        f"**Held here** (default outputs, {cfg.feature}):"
-        f" {', '.join(_by[paper.REPRODUCED]) or 'none'}."
-        f" **Not reproduced:** {', '.join(_by[paper.NOT_REPRODUCED]) or 'none'}."
-        f" **Inside the noise or precondition failed:**"
-        f" {', '.join(_by[paper.NOT_JUDGED]) or 'none'}.\n\n"
-        "**Which outputs:** the claims reproduced by each choice are "
-        + "; ".join(f"{f}: {r}" for f, r in _rep.items())
-        + ". A reader who picks the outputs picks much of the result; the default"
-        " follows the paper's text, not this table.\n\n"
-        f"**What the statistic measures:** the mean of each dependence distribution is"
-        f" the product of the halves' kernel spreads (correlation with spread"
-        f" r = {identity['pearson_spread']:.3f}); the standardised variant, which"
-        f" removes location and scale, gives F1 "
-        + ", ".join(f"{k} {v:.2f}" for k, v in main["variant_f1"].items())
-        + " against the paper's statistic's "
-        + ", ".join(f"{k} {v:.2f}" for k, v in main["f1"]["SDE"].items())
-        + ". Whatever SDE separates here, its mean is set by how tightly a subset's"
-        " outputs cluster, the signal a confidence-based membership attack also reads."
-    )
-)
+pagekit.closing_summary(verdicts, ch.closing_regime(sensitivity, identity, main))
 
 # %% [markdown]
 # **Exercises for this chapter:** {ref}`exercises-02-sde` ({doc}`student notebook <../exercises/02_sde>`), autograded with otter-grader; instructors see {doc}`../instructor`.

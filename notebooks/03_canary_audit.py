@@ -58,17 +58,14 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import canaries, config, paper, plotting, results
+from memlab import pagekit, paper, plotting
 from memlab.experiments import ch03_canary_audit as ch
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
-T_START = time.perf_counter()  # for the cost statement at the end
-CPU_START = time.process_time()  # this kernel's CPU time: the cost whatever the load
+cfg, run = pagekit.start(CH, profile, params)
 K_MAX = max(cfg.unlearn_steps)
-PAPER_K = [100, 400, 800, 1600]
+# the paper's K grid, from its seed-1 table (rows "K=100" ... "K=1600")
+PAPER_K = [int(r.split("=")[1]) for r in paper.table(CH, "ksweep_seed1").index]
 
 # %% [markdown]
 # ## Authors, format and model
@@ -196,10 +193,7 @@ for s in cfg.seeds:
         s,
         arms=ch.BIO_ARMS + (("drift",) if s == cfg.seeds[0] else ()),
     )
-run.record(
-    k_values=[0] + list(cfg.unlearn_steps),
-    ksweep={f"s{s}": ch.jsonable_summary(r["summary"]) for s, r in bio.items()},
-)
+run.record(**ch.ksweep_metrics(cfg, bio))
 frame = ch.ksweep_frame({s: r["summary"] for s, r in bio.items()})
 AUDIT = ch.audit_state(bio[cfg.seeds[0]]["summary"], cfg.n_authors)
 K_AUDIT = AUDIT["K"]
@@ -314,23 +308,9 @@ display(
 # In the prefill arms the trace leak is zero by construction; only out acc is compared.
 
 # %%
-rows, tf_rows = {}, {}
-for s, r in bio.items():
-    # K = 0 first: at K = 0 the prefill arms show what the probe does before any
-    # unlearning, so Delta_AB there is the probe's own offset
-    for k, tag in ((0, ", K=0"), (K_AUDIT, ""), (K_MAX, f", K={K_MAX}")):
-        if tag and k == K_AUDIT:
-            continue
-        sm = r["summary"][k]
-        rows[f"seed {s}{tag}"] = {
-            "AUTO": sm["auto"]["out_acc"]["mean"],
-            **{m: sm["prefill"][m]["mean"] for m in cfg.prefills},
-            "Delta_AB": sm["prefill"]["BIO"]["auto_minus"]["mean"],
-            "Delta_AB low": sm["prefill"]["BIO"]["auto_minus"]["low"],
-            "Delta_AB high": sm["prefill"]["BIO"]["auto_minus"]["high"],
-        }
-        tf_rows[f"seed {s}{tag}"] = {m: sm["tf"][m]["mean"] for m in cfg.prefills}
-prefill_ours = pd.DataFrame.from_dict(rows, orient="index")
+# K = 0 rows first: there the prefill arms show what the probe does before any
+# unlearning, so Delta_AB at K = 0 is the probe's own offset
+prefill_ours, tf_ours = ch.prefill_tables(bio, K_AUDIT, K_MAX, cfg.prefills)
 display(
     Markdown(
         "**Table 3.2.** Out acc at fixed weights, autoregressive thinking (AUTO)"
@@ -389,7 +369,6 @@ _ = plotting.publish(fig, "prefill", CH)
 # canary token is fed in and we count how often it is the model's top-1 prediction.
 
 # %%
-tf_ours = pd.DataFrame.from_dict(tf_rows, orient="index")
 display(
     Markdown(
         "**Table 3.3.** Teacher-forced top-1 match of the canary continuation, per"
@@ -424,22 +403,8 @@ display(
 
 # %%
 runs0 = bio[cfg.seeds[0]]["raw"]
-anat = {
-    k: canaries.anatomy(
-        r["auto"]["answers"], setup.head_texts, r["auto"]["out"], r["auto"]["thk"]
-    )
-    for k, r in runs0.items()
-}
-run.record(anatomy={f"K{k}": v for k, v in anat.items()})
-anat_frame = pd.DataFrame.from_dict(anat, orient="index")
-anat_frame.loc["paper (K=1600)"] = {
-    "n_bypass": paper.number(CH, "bypass_count"),
-    "n_both": np.nan,
-    "share_prefix_only": paper.number(CH, "bypass_prefix_only_share"),
-    "len_bypass": paper.number(CH, "len_bypass_chars"),
-    "len_both": paper.number(CH, "len_both_chars"),
-}
-anat_frame.index.name = "K"
+anat_metrics, anat_frame = ch.anatomy_table(runs0, setup.head_texts)
+run.record(**anat_metrics)
 display(
     Markdown(
         "**Table 3.4.** Bypass cases of the first seed at every K: their number, the"
@@ -447,24 +412,8 @@ display(
         " characters (bypass vs canary in both channels)."
     )
 )
-display(
-    anat_frame.rename(
-        columns={
-            "n_bypass": "bypass cases",
-            "n_both": "both channels",
-            "share_prefix_only": "share: answer = question prefix",
-            "len_bypass": "answer length, bypass",
-            "len_both": "answer length, both",
-        }
-    ).round(2)
-)
-examples = [
-    (k, setup.authors[i].name, r["auto"]["answers"][i].strip())
-    for k, r in runs0.items()
-    for i in range(len(r["auto"]["out"]))
-    if r["auto"]["thk"][i] and not r["auto"]["out"][i]
-][:4]
-display(pd.DataFrame(examples, columns=["K", "author", "answer after </think>"]))
+display(anat_frame.round(2))
+display(ch.bypass_examples(runs0, setup.authors))
 
 # %% [markdown]
 # ## Parser conventions when the closing tag is missing
@@ -482,27 +431,21 @@ display(pd.DataFrame(examples, columns=["K", "author", "answer after </think>"])
 
 # %%
 drift = ch.drift_outputs(cfg, setup, bio[cfg.seeds[0]])
-canary_texts = [a.canary for a in setup.authors]
-flip_tables, flips = {}, {}
-for k, texts in sorted(drift["texts"].items()):
-    flip_tables[k], flips[k] = ch.parser_flip_table(
-        texts, canary_texts, setup.fmt.think_close, cfg.n_boot
-    )
-k_flip = min((k for k in flips if k > 0), default=min(flips))
-natural_missing = {
-    k: float(np.mean(r["auto"]["tag_missing"])) for k, r in runs0.items()
-}
-run.record(
-    parser_flip={**flips[k_flip], "source": drift["source"], "K": k_flip},
-    parser_flip_by_k={f"K{k}": f for k, f in flips.items()},
-    natural_tag_missing={f"K{k}": v for k, v in natural_missing.items()},
+flip_metrics, flip_tables, k_flip = ch.parser_flip_section(
+    drift,
+    runs0,
+    [a.canary for a in setup.authors],
+    setup.fmt.think_close,
+    cfg.n_boot,
 )
+run.record(**flip_metrics)
+natural_missing = flip_metrics["natural_tag_missing"]  # {"K<k>": share}
 display(
     Markdown(
         f"**Table 3.5.** The same outputs ({drift['source']}) under the two"
         f" conventions, at K = {k_flip}, beside the paper's Llama-8B numbers; then"
         " every K. Without suppression our model left the closing tag out of "
-        + ", ".join(f"{v:.0%} (K={k})" for k, v in natural_missing.items())
+        + ", ".join(f"{v:.0%} (K={k[1:]})" for k, v in natural_missing.items())
         + " of its outputs."
     )
 )
@@ -527,28 +470,8 @@ tmpl = {"BIO": bio[cfg.seeds[0]]}
 for t in cfg.templates:
     if t != "BIO":
         tmpl[t] = ch.run_sweep(setup, side_cfg, t, cfg.seeds[0], arms=ch.OTHER_ARMS)
-run.record(templates={t: ch.jsonable_summary(r["summary"]) for t, r in tmpl.items()})
-trows = {}
-for t, r in tmpl.items():
-    for k in r["summary"]:
-        a = r["summary"][k]["auto"]
-        texts = r["raw"][k]["auto"]["texts"]
-        nonempty = np.mean(
-            [
-                bool(canaries.split_trace(x, setup.fmt.think_close)[0].strip())
-                for x in texts
-            ]
-        )
-        trows[(t, k)] = {
-            "out_acc": a["out_acc"]["mean"],
-            "thk_leak": a["thk_leak"]["mean"],
-            "gap": a["gap"]["mean"],
-            "gap_low": a["gap"]["low"],
-            "gap_high": a["gap"]["high"],
-            "non-empty trace": nonempty,
-        }
-template_ours = pd.DataFrame.from_dict(trows, orient="index")
-template_ours.index.names = ["template", "K"]
+run.record(**ch.templates_metrics(tmpl))
+template_ours = ch.template_frame(tmpl, setup.fmt.think_close)
 display(
     Markdown(
         "**Table 3.6.** Training-time templates, first seed, over K. Paper (Appendix"
@@ -608,9 +531,7 @@ if cfg.variant_retain_weight > 0:
         arms=("auto", "prefill", "qa", "retain"),
     )
     run.record(npo_retain_variant=ch.jsonable_summary(variant["summary"]))
-    vframe = ch.ksweep_frame({cfg.seeds[0]: variant["summary"]}).set_index("K")
-    pframe = frame[frame.seed == cfg.seeds[0]].set_index("K").loc[vframe.index]
-    vcols = ["out_acc", "thk_leak", "gap", "delta_ab", "qa_acc", "retain_acc"]
+    vframe, vtable = ch.variant_table(frame, variant["summary"], cfg.seeds[0])
     display(
         Markdown(
             "**Table 3.8.** NPO with a retain term (weight"
@@ -618,12 +539,7 @@ if cfg.variant_retain_weight > 0:
             f" {cfg.retain_weight}), BIO adapter, seed {cfg.seeds[0]}, at the same K."
         )
     )
-    display(
-        pd.concat({"paper's NPO": pframe[vcols], "NPO + retain": vframe[vcols]}, axis=1)
-        .swaplevel(axis=1)
-        .sort_index(axis=1, level=0, sort_remaining=False)[vcols]
-        .round(2)
-    )
+    display(vtable.round(2))
 
 # %% [markdown]
 # ## Retain utility over K
@@ -645,17 +561,12 @@ ax.set_ylabel("retain accuracy")
 ax.set_ylim(-0.02, 1.02)
 ax.legend()
 _ = plotting.publish(fig, "retain", CH)
-r0 = frame[(frame.seed == cfg.seeds[0]) & (frame.K == 0)].retain_acc.item()
-rk = frame[(frame.seed == cfg.seeds[0]) & (frame.K == K_MAX)].retain_acc.item()
-names = ch.retain_examples_with_names(bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic)
-run.record(
-    retain={
-        "acc_k0": r0,
-        "acc_kmax": rk,
-        "drop_pp": 100 * (r0 - rk),
-        "fictional_examples": names,
-    }
+retain = ch.retain_metrics(
+    frame, cfg.seeds[0], K_MAX, bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic
 )
+run.record(**retain)
+r0, rk = retain["retain"]["acc_k0"], retain["retain"]["acc_kmax"]
+names = retain["retain"]["fictional_examples"]
 display(
     Markdown(
         f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of"
@@ -680,38 +591,31 @@ if names:
 #
 # ## Cost of this page
 #
-# The run's own wall time, and its cold cost: the wall time plus the recorded training time of
-# every LoRA adapter that came from the cache (the base model's pre-training is cached too and is
-# not counted).
+# The run's own wall and CPU time, and its cold cost: this run's CPU time plus the recorded training
+# time of every LoRA adapter that came from the cache (the base model's pre-training is cached too
+# and is not counted).
 
 # %% tags=["hide-input"]
-from myst_nb import glue
-
-wall_s = time.perf_counter() - T_START
-cpu_s = time.process_time() - CPU_START
-cold_s = ch.cold_seconds(setup, wall_s)
-glue(f"{CH}-wall-min", f"{wall_s / 60:.1f}", display=False)
-glue(f"{CH}-cpu-min", f"{cpu_s / 60:.1f}", display=False)
-glue(f"{CH}-cold-min", f"{cold_s / 60:.1f}", display=False)
+cost = pagekit.glue_cost(run, ch.cold_seconds(setup, 0.0))
 display(
     pd.Series(
         {
             **{f"LoRA {k}": v for k, v in setup.train_seconds.items()},
-            "this run (wall)": wall_s,
-            "this run (CPU)": cpu_s,
+            "this run (wall)": run.elapsed(),
+            "this run (CPU)": time.process_time() - run.cpu_started,
         },
         name="seconds",
     ).round(0)
 )
 
 # %% [markdown]
-# This run took {glue:}`03_canary_audit-wall-min` minutes of wall time and
-# {glue:}`03_canary_audit-cpu-min` CPU-minutes of its one thread (on a machine shared with other
+# This run took {glue:}`03_canary_audit-run-wall-min` minutes of wall time and
+# {glue:}`03_canary_audit-run-cpu-min` CPU-minutes of its one thread (on a machine shared with other
 # jobs the wall time is the longer one; on an idle core the two are close). From an empty cache it
-# would take about {glue:}`03_canary_audit-cold-min` minutes of wall time: this run plus the
-# adapters' training times above, which are wall times measured when they were trained, on the
-# same shared CPU (at the 2.5-3.4 steps/s seen on a lightly loaded core, one adapter's 750 steps
-# take about 4-5 minutes).
+# would take about {glue:}`03_canary_audit-cold-cpu-min` minutes at one thread: this run's CPU time
+# plus the adapters' training times above, which are wall times measured when they were trained,
+# on the same shared CPU (at the 2.5-3.4 steps/s seen on a lightly loaded core, one adapter's 750
+# steps take about 4-5 minutes).
 #
 # ## Claims
 #
@@ -723,22 +627,8 @@ display(
 # construction here and is counted apart from the paper's claims.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-display(paper.claims_table(verdicts))
-_ = run.save(claims=verdicts)
-
-# %% tags=["remove-input"]
-counts = paper.tally(verdicts, kind=paper.CLAIM)
-for _verdict, _n in counts.items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
-glue(
-    f"{cfg.chapter}-n-sanity",
-    sum(paper.tally(verdicts, kind=paper.SANITY).values()),
-    display=False,
-)
+# judge also glues the verdict counts of the closing section
+verdicts = pagekit.judge(ch.claims(), run)
 
 # %% [markdown]
 # ## What this means
@@ -750,29 +640,9 @@ glue(
 # check is counted apart. The summary below is built from this run's verdicts.
 
 # %% tags=["remove-input"]
-by_verdict = {}
-for d in verdicts:
-    if d.get("kind", paper.CLAIM) == paper.CLAIM:
-        by_verdict.setdefault(d["verdict"], []).append(d)
-heads = {
-    paper.REPRODUCED: "What held",
-    paper.NOT_REPRODUCED: "What did not",
-    paper.NOT_JUDGED: "What this run cannot decide",
-}
-lines = []
-for v, head in heads.items():
-    if by_verdict.get(v):
-        items = "; ".join(d["claim"] for d in by_verdict[v])
-        lines.append(f"**{head}.** {items}.")
-state = "reached" if AUDIT["reached"] else "not reached"
-dab0 = bio[cfg.seeds[0]]["summary"][0]["prefill"]["BIO"]["auto_minus"]["mean"]
-lines.append(
-    f"All of it is read at the audited K = {K_AUDIT}, where the paper's state is"
-    f" {state} ({AUDIT['evidence']}), beside the memorised adapter at K = 0, where"
-    f" Delta_AB is already {dab0:+.2f} before any unlearning: a fixed-weight contrast"
-    " after unlearning has to be read against that offset."
+pagekit.closing_summary(
+    verdicts, ch.regime_sentence(AUDIT, bio[cfg.seeds[0]]["summary"][0])
 )
-display(Markdown("\n\n".join(lines)))
 
 # %% [markdown]
 # **What to take from it.** A gap between what the trace and the answer reveal after unlearning is

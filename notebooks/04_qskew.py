@@ -48,13 +48,11 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import config, mia, paper, plotting, results
+from memlab import mia, pagekit, paper, plotting
 from memlab.experiments import ch04_qskew as ch
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
+cfg, run = pagekit.start(CH, profile, params)
 pd.set_option("display.precision", 1)
 
 # %% [markdown]
@@ -198,7 +196,7 @@ DOMAIN_NAMES = {
 n_non, min_fp = cfg.n_nonmembers, cfg.tpr_min_fp
 dft = {d: ch.domain_experiment(setup, d) for d in cfg.domains}
 ours_dft = {d: ch.table1(r) for d, r in dft.items()}
-run.record(domain={d: t.to_dict(orient="index") for d, t in ours_dft.items()})
+run.record(**ch.domain_metrics(ours_dft))
 paper_dft = paper.table(CH, "table1_wikitext")
 for d, t in ours_dft.items():
     display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
@@ -212,8 +210,6 @@ for d, t in ours_dft.items():
 # ### Why skewness: the distribution of $\Delta$
 
 # %%
-from scipy.stats import skew as _skew
-
 delta_rows = {}
 shown = [
     d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None
@@ -226,10 +222,7 @@ if shown:
     )
     for (a, b), d in zip(axes, shown):
         ex = dft[d].examples
-        pairs = list(zip(ex["deltas"], ex["labels"]))
-        pooled = {
-            lab: np.concatenate([x for x, y in pairs if y == lab]) for lab in (1, 0)
-        }
+        pooled = ch.pooled_deltas(ex)
         lo, hi = np.percentile(np.r_[pooled[1], pooled[0]], [0.5, 99.5])
         bins = np.linspace(lo, hi, 60)
         a.hist(pooled[0], bins, density=True, alpha=0.6, label="non-members")
@@ -243,21 +236,9 @@ if shown:
         b.hist(q[lab == 1], bins, alpha=0.6, label="members")
         b.set_xlabel("Q-Skew score per sequence")
         b.legend()
-        delta_rows[d] = pd.DataFrame(
-            {
-                name: {
-                    "mean": v.mean(),
-                    "median": np.median(v),
-                    "skewness": _skew(v),
-                    "Q-Skew (pooled)": mia.qskew(v),
-                }
-                for name, v in (("members", pooled[1]), ("non-members", pooled[0]))
-            }
-        ).T
+        delta_rows[d] = ch.delta_table(ex)
     _ = plotting.publish(fig, "deltas", CH)
-    run.record(
-        delta_stats={d: t.to_dict(orient="index") for d, t in delta_rows.items()}
-    )
+    run.record(**ch.delta_metrics(delta_rows))
     for d, t in delta_rows.items():
         m_, n_ = t.loc["members"], t.loc["non-members"]
         mq, nq = m_["Q-Skew (pooled)"], n_["Q-Skew (pooled)"]
@@ -293,7 +274,7 @@ if shown:
 # %%
 ift = ch.instruction_experiment(setup)
 ours_ift = ch.table2(ift)
-run.record(instruction=ours_ift.to_dict(orient="index"))
+run.record(**ch.instruction_metrics(ours_ift))
 ch.na_cells(
     paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS),
     n_non,
@@ -325,11 +306,7 @@ for ax, (d, sweep) in zip(axes[0], sweeps.items()):
 axes[0][0].set_ylabel("AUC (%)")
 axes[0][-1].legend(fontsize="small")
 _ = plotting.publish(fig, "epochs", CH)
-run.record(
-    epochs_sweep_auc={
-        d: {str(e): s[e].to_dict() for e in s.columns} for d, s in sweeps.items()
-    }
-)
+run.record(**ch.sweep_metrics(sweeps))
 for d, sweep in sweeps.items():
     display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
     display(sweep)
@@ -353,11 +330,7 @@ for d, sweep in sweeps.items():
 # %%
 t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
 if any(t4.values()):
-    run.record(
-        table4_base={d: t["base"].to_dict(orient="index") for d, t in t4.items() if t}
-    )
-    first = next(t for t in t4.values() if t)
-    run.record(table4_instruct=first["instruct"].to_dict(orient="index"))
+    run.record(**ch.table4_metrics(t4))
     for side in ("base", "instruct"):
         label, key = ch.TABLE4_SIDES[side]
         for d, t in t4.items():
@@ -391,7 +364,7 @@ if any(t4.values()):
 ours_abl = {d: ch.table5(r) for d, r in dft.items()}
 ours_abl = {d: t for d, t in ours_abl.items() if t is not None}
 if ours_abl:
-    run.record(ablation={d: t.to_dict(orient="index") for d, t in ours_abl.items()})
+    run.record(**ch.ablation_metrics(ours_abl))
     for d, t in ours_abl.items():
         display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
         display(
@@ -423,7 +396,7 @@ ax.axhline(0, color="grey", lw=0.8)
 ax.set_xlabel("fine-tuning mask ratio")
 ax.set_ylabel("per-token gain NLL$_{base}$ - NLL$_{ft}$ (nats)")
 _ = plotting.publish(fig, "asymmetry", CH)
-run.record(asymmetry=asym["table"].to_dict(orient="index"))
+run.record(**ch.asymmetry_metrics(asym))
 asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
 # %% [markdown]
@@ -453,17 +426,8 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 
 # %%
 pii = ch.pii_experiment(setup)
-run.record(
-    pii={
-        "hits": pii["hits"],
-        "oracle": pii["oracle"],
-        "targets_per_kind": pii["n"],
-        "ce_mask_share": cfg.pii_ce_share,
-        "epochs": cfg.pii_epochs,
-        "memorisation": pii["memorisation"].to_dict(orient="index"),
-    }
-)
-ours_pii = pii["table"][["Phone ASR", "Email ASR"]].astype(float)
+run.record(**ch.pii_metrics(pii, cfg))
+ours_pii = ch.table6(pii)[["Phone ASR", "Email ASR"]].astype(float)
 display(paper.side_by_side(ours_pii, paper.table(CH, "table6")))
 display(pii["examples"])
 _o, _n = pii["oracle"], pii["n"]
@@ -489,18 +453,14 @@ display(pii["memorisation"].round(2))
 # %% tags=["hide-input"]
 # The claim predicates live in the library (`memlab.experiments.ch04_qskew.claims`)
 # so they are unit-tested.
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-if (
-    cfg.profile == "smoke"
-):  # still run every predicate, so the smoke test catches a broken one
+# pagekit.judge glues the verdict counts of the closing section.
+verdicts = pagekit.judge(ch.claims(), run)
+# At smoke, still run every predicate, so the smoke test catches a broken one.
+if cfg.profile == "smoke":
     paper.evaluate(ch.claims(), run.metrics, "cpu")
-display(paper.claims_table(verdicts))
-_ = run.save(claims=verdicts)
 
 # %%
-tally = paper.tally(verdicts)
+tally = paper.tally(verdicts, kind=paper.CLAIM)
 if "qskew" in cfg.scores and len(cfg.scores) > 1:
     parts = []
     for d, t in ours_dft.items():
@@ -531,13 +491,6 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
 # the earlier version of this chapter, the base model here reads context (the regime table), so a
 # verdict is about the method in a regime the paper's mechanism can act in, at a small scale.
 
-# %% tags=["remove-input"]
-from myst_nb import glue
-
-for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
-
 # %% [markdown]
 # ## What this means
 #
@@ -547,62 +500,8 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # not run. The summary below is built from this run's verdicts and numbers.
 
 # %% tags=["remove-input"]
-by_verdict = {}
-for d in verdicts:
-    by_verdict.setdefault(d["verdict"], []).append(d)
-heads = {
-    paper.REPRODUCED: "What held",
-    paper.NOT_REPRODUCED: "What did not",
-    paper.NOT_JUDGED: "What this run cannot decide",
-}
-lines = []
-for v, head in heads.items():
-    if by_verdict.get(v):
-        items = "; ".join(
-            d["claim"][0].lower() + d["claim"][1:] + f" ({d['evidence']})"
-            for d in by_verdict[v]
-        )
-        lines.append(f"**{head}.** {items}.")
-reg = run.metrics["regime"]["same"]
-lines.append(
-    f"**The regime.** The base's masked NLL on its own domain is"
-    f" {reg['base masked NLL']:.2f} nats against {reg['unigram NLL']:.2f} for a unigram"
-    f" model ({reg['context gain']:.2f} nats of context used)."
-)
-if "gap" in run.metrics["regime"]:
-    g = run.metrics["regime"]["gap"]
-    lines.append(
-        f"On the docstrings it is {g['base masked NLL']:.2f} nats against"
-        f" {g['unigram NLL']:.2f} for the unigram ({g['context gain']:+.2f}): "
-        + (
-            "the base reads no context there, a wider gap than LLaDA's (web-scale"
-            " pre-training) facing WikiText, so in this setting fine-tuning first"
-            " teaches the domain to members and non-members alike."
-            if g["context gain"] < cfg.context_margin
-            else "the base reads context on the new domain too."
-        )
-    )
-if len(ours_dft) > 1:
-    cal = {
-        d: t.loc["Calibration", "AUC"]
-        for d, t in ours_dft.items()
-        if "Calibration" in t.index
-    }
-    qs_ = {
-        d: t.loc["Q-Skew", "AUC"] for d, t in ours_dft.items() if "Q-Skew" in t.index
-    }
-    if cal and qs_:
-        lines.append(
-            "**Same domain against domain gap.** Calibration: "
-            + ", ".join(f"{d} {a:.1f}" for d, a in cal.items())
-            + "; Q-Skew: "
-            + ", ".join(f"{d} {a:.1f}" for d, a in qs_.items())
-            + " (AUC, %). The paper explains Calibration's weakness on LLaDA by the"
-            " noise that adapting to a new domain adds to every sequence's loss"
-            " difference; the domain-gap setting is where that explanation can be"
-            " tested here."
-        )
-display(Markdown("\n\n".join(lines)))
+regime = ch.closing_regime(run.metrics, ours_dft, cfg.context_margin)
+pagekit.closing_summary(verdicts, regime)
 
 # %% [markdown]
 # **Cost.** At `cpu`, pre-training the base (4000 batches) and its instruct variant is the first

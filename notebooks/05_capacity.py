@@ -34,7 +34,8 @@
 # This chapter trains GPT-2-architecture models {cite}`radford2019gpt2` (built from
 # `transformers` configs) on uniform tokens and on WikiText-2 {cite}`merity2016wikitext`, and
 # puts the paper's numbers beside ours. The measurements live in `memlab.capacity`, the models
-# in `memlab.models.gpt2_small`, the orchestration in `memlab.experiments.ch05_capacity`.
+# in `memlab.models.gpt2_small`, the chapter's stages, tables and claims in the package
+# `memlab.experiments.ch05_capacity`.
 #
 # **Conventions.** Every model sees a BOS token first, so all $S$ tokens are predicted and coded
 # (none is dropped). Per-sample memorisation is clipped at zero, following the joint code
@@ -63,10 +64,9 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 from matplotlib.ticker import NullLocator
-from scipy.stats import spearmanr
 
 from memlab import capacity as cap
-from memlab import config, paper, plotting, results
+from memlab import pagekit, paper, plotting
 from memlab.experiments import ch05_capacity as ch
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
@@ -79,9 +79,7 @@ def log_x(ax, values):
     ax.xaxis.set_minor_locator(NullLocator())
 
 
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
+cfg, run = pagekit.start(CH, profile, params)
 display(
     Markdown(
         f"Uniform tokens: **V = {cfg.vocab_size}, S = {cfg.seq_len}**"
@@ -151,7 +149,7 @@ ax.set(
 ax.plot([], [], "k:", lw=1, label="H(X) = N S log2 V")
 ax.legend(fontsize=7)
 _ = plotting.publish(fig, "fig1", CH)
-run.record(sweep=sweep.drop(columns=["history"]).to_dict(orient="records"))
+run.record(**ch.sweep_metrics(sweep))
 
 # %% [markdown]
 # ```{glue:figure} 05_capacity-fig1
@@ -193,11 +191,7 @@ ax.axhline(caps.loc[conv, "capacity_bits"], color="k", ls=":", lw=1, label="capa
 ax.set(xlabel="training step", ylabel="memorisation (bits)", title=f"model {conv}")
 ax.legend(fontsize=7)
 _ = plotting.publish(fig, "fig5", CH)
-run.record(
-    convergence_model=conv,
-    converged_runs=int(sweep["converged"].sum()),
-    runs=len(sweep),
-)
+run.record(**ch.convergence_metrics(cfg, sweep))
 
 # %% [markdown]
 # ```{glue:figure} 05_capacity-fig5
@@ -230,24 +224,7 @@ display(
         " a converged run; the others are lower bounds."
     )
 )
-run.record(
-    capacity={
-        m: {
-            "params": int(r.params),
-            "capacity_bits": r.capacity_bits,
-            "bpp": r.bits_per_param,
-            "n": int(r.capacity_n),
-            "converged": bool(r.capacity_converged),
-            "noise_rel": r.capacity_noise_rel,
-        }
-        for m, r in caps.iterrows()
-    },
-    alpha=fit["alpha"],
-    alpha_r2=fit["r2"],
-    alpha_band=fit_band["alpha_band"],
-    alpha_r2_band=fit_band["r2_band"],
-    alpha_precision=cfg.precision,
-)
+run.record(**ch.capacity_metrics(caps, fit, fit_band, cfg.precision))
 
 fig, ax = plotting.figure("single")
 ax.scatter(caps["params"], caps["capacity_bits"], zorder=3, label="measured capacity")
@@ -292,27 +269,8 @@ pl = ch.paperlike_run(cfg)
 if pl is None:
     display(Markdown("No paper-like run at this profile (`paperlike_model` is empty)."))
 else:
-    display(
-        pd.DataFrame([pl])[
-            [
-                "model",
-                "V",
-                "S",
-                "n_samples",
-                "params",
-                "data_bits",
-                "mem_bits",
-                "bits_per_param",
-                "mem_half",
-                "mem_last_ckpt",
-                "gain_half",
-                "converged",
-                "steps",
-                "stack_wall_s",
-            ]
-        ].round(3)
-    )
-    run.record(paperlike={k: v for k, v in pl.items() if k != "history"})
+    display(pd.DataFrame([pl])[ch.PAPERLIKE_COLUMNS].round(3))
+run.record(**ch.paperlike_metrics(pl))
 
 # %% [markdown]
 # ## Precision: fp32 against bf16
@@ -322,52 +280,12 @@ else:
 # runs only, so they are compared like for like.
 
 # %%
-other = "bf16" if cfg.precision == "fp32" else "fp32"
-prec_models = cfg.precision_models or cfg.model_sizes
-ratios_p = list(cfg.precision_ratios)
-n_p = {m: ch.dataset_sizes_for(cfg, m, ratios=ratios_p) for m in prec_models}
-same = sweep[
-    [r.model in n_p and r.n_samples in n_p[r.model] for r in sweep.itertuples()]
-]  # the main sweep's runs at those N: nothing is trained twice
-other_sweep = ch.capacity_sweep(
-    cfg, precision=other, ratios=ratios_p, models=prec_models
-)
-prec_sweep = pd.concat([same, other_sweep])
-prec_caps = {p: ch.capacities(g) for p, g in prec_sweep.groupby("precision")}
-alphas = {p: ch.alpha_fit(c)["alpha"] for p, c in prec_caps.items()}
-display(
-    pd.concat(
-        {
-            p: c[
-                [
-                    "params",
-                    "capacity_n",
-                    "capacity_bits",
-                    "bits_per_param",
-                    "capacity_converged",
-                ]
-            ]
-            for p, c in prec_caps.items()
-        },
-        axis=1,
-    ).round(3)
-)
-display(
-    paper.side_by_side(pd.DataFrame({"alpha": alphas}), paper.table(CH, "alpha")).round(
-        3
-    )
-)
-prec_noise = float(
-    np.hypot(*[np.nanmax(c["capacity_noise_rel"]) for c in prec_caps.values()])
-)
-run.record(
-    alpha_fp32=alphas["fp32"],
-    alpha_bf16=alphas["bf16"],
-    precision_converged=bool(
-        all(c["capacity_converged"].all() for c in prec_caps.values())
-    ),
-    precision_noise_rel=prec_noise,
-)
+prec_sweep, other_sweep = ch.precision_sweep(cfg, sweep)
+prec_caps = ch.precision_capacities(prec_sweep)
+display(ch.precision_table(prec_caps).round(3))
+alphas = pd.DataFrame({"alpha": ch.precision_alphas(prec_caps)})
+display(paper.side_by_side(alphas, paper.table(CH, "alpha")).round(3))
+run.record(**ch.precision_metrics(prec_caps))
 
 # %% [markdown]
 # ## Appendix A.1: varying $S$ and $V$ at a fixed number of samples (Tables 3 and 4)
@@ -381,24 +299,8 @@ run.record(
 # %%
 a1 = ch.a1_sweep(cfg, fit["alpha"])
 display(a1.round(2))
-a1_err = a1.groupby("varied")["error_pct"].mean()
-display(
-    pd.DataFrame(
-        {
-            "mean error % (ours)": a1_err,
-            "mean error % (paper)": {
-                "S": paper.number(CH, "a1_error_seq_len_pct"),
-                "V": paper.number(CH, "a1_error_vocab_pct"),
-            },
-        }
-    ).round(2)
-)
-run.record(
-    a1=a1.to_dict(orient="records"),
-    a1_error_pct=a1_err.to_dict(),
-    a1_converged=bool(a1["converged"].all()),
-    a1_noise_pct=float(a1["noise_pct"].max()),
-)
+display(ch.a1_error_table(a1).round(2))
+run.record(**ch.a1_metrics(a1))
 
 fig, axes = plotting.figure("wide", ncols=2)
 for ax, (varied, grp) in zip(axes, a1.groupby("varied")):
@@ -440,16 +342,7 @@ _ = plotting.publish(fig, "fig11", CH)
 corpus = ch.text_corpus(cfg)
 ref = ch.reference_code_lengths(cfg, corpus)
 text = ch.text_sweep(cfg, corpus, ref, fit["alpha"])
-ref_summary = {
-    "model": cfg.reference_model,
-    "params": ref["params"],
-    "train sequences": ref["n_train"],
-    "steps": ref["steps"],
-    "own-data loss (bits/token)": float(ref["own"].mean() / cfg.text_seq_len),
-    "pool loss (bits/token)": float(ref["pool"].mean() / cfg.text_seq_len),
-    "test loss (bits/token)": float(ref["test"].mean() / cfg.text_seq_len),
-    "wall s": ref["wall_s"],
-}
+ref_summary = ch.reference_summary(cfg, ref)
 display(
     Markdown(
         f"{corpus['n_distinct']:,} distinct {cfg.text_seq_len}-token sequences, BPE"
@@ -458,28 +351,10 @@ display(
     )
 )
 display(pd.DataFrame([ref_summary]).round(3))
-show_text = [
-    "model",
-    "params",
-    "n_samples",
-    "data_to_capacity",
-    "steps",
-    "train_loss",
-    "test_loss",
-    "test_loss_se",
-    "unintended_bits",
-    "unintended_per_sample",
-    "membership_f1",
-    "extract_train",
-    "extract_test",
-]
-display(text[show_text].round(4))
-onsets = ch.double_descent_onsets(text)
-run.record(
-    text=text.drop(columns=["per_sample_unintended"]).to_dict(orient="records"),
-    double_descent_onset=onsets,
-    reference=ref_summary,
-)
+display(text[ch.TEXT_COLUMNS].round(4))
+text_m = ch.text_metrics(text, ref_summary)
+onsets = text_m["double_descent_onset"]
+run.record(**text_m)
 
 fig, axes = plotting.figure("wide", ncols=2)
 for model, grp in text.groupby("model", sort=False):
@@ -556,21 +431,11 @@ display(
 # values imply $c_2 = -0.0337$, which rounds to the printed $-0.034$.)
 
 # %%
-fits = {"text": ch.law_fit(text)}
+law_m = ch.law_metrics(text)
+fits, paper_law_rmse = law_m["law_fit"], law_m["paper_law_rmse"]
 display(pd.DataFrame(fits).T.rename_axis("our fit of the law"))
-display(
-    pd.DataFrame({"paper (Section 5.2.1)": {"c1": 1.34, "c2": -0.034, "c3": -33.14}})
-)
-run.record(law_fit=fits)
-law_on_text = cap.membership_f1_law(
-    text["params"].to_numpy(), text["n_samples"].to_numpy(), 64, 50257
-)
-paper_law_rmse = {
-    "text": float(
-        np.sqrt(np.mean((law_on_text - text["membership_f1"].to_numpy()) ** 2))
-    )
-}
-run.record(paper_law_rmse=paper_law_rmse)
+display(ch.paper_law_table())
+run.record(**law_m)
 display(
     Markdown(
         f"RMSE of the paper's law (its constants) on our text points:"
@@ -593,17 +458,16 @@ for ax, (name, df) in zip(axes, (("uniform tokens", sweep), ("text", text))):
     )
     if name == "text":
         if "error" not in fits["text"]:
-            f = fits["text"]
             ax.plot(
                 r,
-                0.5 * (1 + f["c1"] / (1 + np.exp(-f["c3"] * (r + f["c2"])))),
+                ch.paper_law_f1(1.0, r, constants=fits["text"]),
                 "k-",
                 lw=1,
                 label="law fitted on text",
             )
         ax.plot(
             r,
-            cap.membership_f1_law(1.0, r, 64, 50257),
+            ch.paper_law_f1(1.0, r),
             "k--",
             lw=1,
             label="paper's law",
@@ -639,12 +503,7 @@ _ = plotting.publish(fig, "fig7", CH)
 # %%
 t2 = ch.table2_law()
 display(t2)
-t2_err = float(
-    (t2["law F1 at paper |D| (ours)"] - t2["predicted F1 (paper)"]).abs().max()
-)
-run.record(
-    table2_max_abs_error=t2_err, table2_law_f1=t2["law F1 at paper |D| (ours)"].tolist()
-)
+run.record(**ch.table2_metrics(t2))
 
 # %% [markdown]
 # ## Extraction: training against test sequences
@@ -691,18 +550,10 @@ _ = plotting.publish(fig, "fig_extraction", CH)
 # %%
 big = ch.tfidf_run(text, cfg.text_model_sizes[-1])
 tf = ch.tfidf_vs_memorization(corpus, big)
-pos = tf[tf["unintended_bits"] > 0]
-rho, pval = (
-    spearmanr(pos["tfidf"], pos["unintended_bits"])
-    if len(pos) > 2
-    else (float("nan"), float("nan"))
-)
-run.record(
-    tfidf_spearman=rho,
-    tfidf_pvalue=pval,
-    tfidf_positive_samples=len(pos),
-    tfidf_n_samples=int(big["n_samples"]),
-)
+tf_m = ch.tfidf_metrics(tf, big)
+run.record(**tf_m)
+n_pos = tf_m["tfidf_positive_samples"]
+rho, pval = tf_m["tfidf_spearman"], tf_m["tfidf_pvalue"]
 fig, ax = plotting.figure("single")
 ax.scatter(tf["tfidf"], tf["unintended_bits"], s=6, alpha=0.5)
 ax.set(
@@ -713,7 +564,7 @@ ax.set(
 _ = plotting.publish(fig, "fig16", CH)
 display(
     Markdown(
-        f"Spearman correlation over the {len(pos)} samples with positive memorisation: "
+        f"Spearman correlation over the {n_pos} samples with positive memorisation: "
         f"rho = {rho:.3f} (p = {pval:.3g})."
     )
 )
@@ -729,25 +580,22 @@ display(
 #
 # Training is cached (by everything that produced it), so a re-run with the same parameters
 # only reads the cache and re-draws the page. The cold cost is the training time recorded
-# when each cached model was computed, on whatever load the machine had then.
+# when each cached model was computed (wall time of one thread, on whatever load the machine
+# had then: at least its CPU time) plus this run's own CPU time.
 
 # %%
 cold_s = ch.training_cost(
     [sweep, other_sweep, pd.DataFrame([pl]) if pl else pd.DataFrame()],
     [ref["wall_s"], *text["wall_s"], *a1["wall_s"]],
 )
-cost = {"training_s_when_computed": cold_s, "this_run_s": run.elapsed()}
-run.record(cost=cost)
-from myst_nb import glue  # noqa: E402
-
-glue(f"{CH}-cold-min", f"{cold_s / 60:.0f}", display=False)
-glue(f"{CH}-this-min", f"{cost['this_run_s'] / 60:.1f}", display=False)
+run.record(**ch.cost_metrics(cold_s, run.elapsed()))
+mins = pagekit.glue_cost(run, cold_s)  # glues run-wall-min, run-cpu-min, cold-cpu-min
 display(
     Markdown(
         f"Training recorded in the cache: **{cold_s / 60:.1f} min** of wall time (each"
         " model on one thread of a shared machine, timed when it was trained)."
-        f" This run: {cost['this_run_s'] / 60:.1f} min; with every model cached"
-        " that is the warm cost."
+        f" This run: {mins['run-wall-min']} min wall, {mins['run-cpu-min']}"
+        " CPU-minutes; with every model cached that is the warm cost."
     )
 )
 
@@ -762,18 +610,7 @@ display(
 # arithmetic, not a reproduction.
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-display(paper.claims_table(verdicts))
-_ = run.save(claims=verdicts)
-
-# %% tags=["remove-input"]
-for _verdict, _n in paper.tally(
-    verdicts, kind=paper.CLAIM
-).items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
+verdicts = pagekit.judge(ch.claims(), run)
 
 # %% [markdown]
 # ## What this means
@@ -781,12 +618,13 @@ for _verdict, _n in paper.tally(
 # At the profile of this page, {glue:}`05_capacity-n-reproduced` of the paper's claims reproduced,
 # {glue:}`05_capacity-n-not-reproduced` did not, {glue:}`05_capacity-n-not-judged` could not be
 # judged and {glue:}`05_capacity-n-not-run` were not run (the Table 2 row is a sanity check,
-# counted apart). The training recorded in the cache sums to {glue:}`05_capacity-cold-min` minutes
-# of wall time, measured on a shared two-core machine where the chapter got about a quarter of a
-# core (the cold `cpu` run of 1 December 2026: 66 minutes wall, 18 CPU-minutes, with the text and
-# A.1 runs trained beside it; the paper-like run alone took 41 minutes); with every model cached
-# this run took
-# {glue:}`05_capacity-this-min` minutes. The reading below is of the `cpu` run this book publishes.
+# counted apart). A cold run costs at most {glue:}`05_capacity-cold-cpu-min` minutes: the training
+# recorded in the cache, wall time measured on a shared two-core machine where the chapter got
+# about a quarter of a core (the cold `cpu` run of 1 December 2026: 66 minutes wall, 18
+# CPU-minutes, with the text and A.1 runs trained beside it; the paper-like run alone took 41
+# minutes), plus this run's CPU time; with every model cached this run took
+# {glue:}`05_capacity-run-wall-min` minutes ({glue:}`05_capacity-run-cpu-min` CPU-minutes). The
+# reading below is of the `cpu` run this book publishes.
 #
 # **Uniform tokens: flat, but not yet converged.** With a fixed 3,000-step cosine schedule and data
 # sets reaching three times the capacity the paper's $\alpha$ predicts, total memorisation is flat

@@ -57,15 +57,13 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import config, lenses, paper, plotting, results
+from memlab import lenses, pagekit, plotting
 from memlab.experiments import ch06_cross_lens as ch
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)
-CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
-cfg = config.resolve(CH, profile=profile, **params)
-run = results.Run(cfg)
-run.provenance_box()
+CH = ch.CHAPTER  # the chapter id is declared once, in the chapter package
+cfg, run = pagekit.start(CH, profile, params)
 cfg1, cfg3 = ch.sub_configs(cfg)  # chapters 1 and 3 at this profile, their defaults
 pd.options.display.float_format = "{:.2f}".format
 
@@ -79,11 +77,7 @@ pd.options.display.float_format = "{:.2f}".format
 # (binomial for rates, bootstrap for τ differences) is *not judged*.
 
 # %% tags=["hide-input"]
-hyp = pd.DataFrame.from_dict(ch.hypotheses(), orient="index")
-hyp = hyp.rename(
-    columns={"text": "hypothesis", "predicted": "predicted", "direction": "direction"}
-)
-display(hyp[["question", "hypothesis", "predicted", "direction"]].rename_axis("key"))
+display(ch.hypotheses_table())
 prereg = ch.preregistration()
 run.record(preregistration=prereg)
 if prereg["commit"]:
@@ -121,26 +115,10 @@ vis = None
 if cfg.vision:
     vis = ch.vision_lenses(cfg, cfg1)
     table = vis["table"]
-    run.record(
-        sde_feature=cfg.sde_feature,
-        sde_sizes=vis["sizes"],
-        n_forget=vis["n_forget"],
-        illusion_set=vis["illusion"],
-        vision=ch.vision_record(table),
-        vision_wall_s=vis["wall_s"],
-    )
-    cols = ["BN mode", "Pre-F", "Post-F", "ΔF", "ReAUC", "OTR before", "OTR after"]
-    cols += ["SDE before", "SDE after", "ASR before", "ASR after"]
-    shown = table.assign(
-        **{
-            f"SDE {w}": np.where(table[f"OTR {w}"] <= 50, "in training", "out")
-            for w in ("before", "after")
-        }
-    )
-    for norm, name in (("bn", "BatchNorm"), ("gn", "GroupNorm control")):
-        if norm in table.index.get_level_values(0):
-            display(Markdown(f"**{name}** (forget accuracy and OTR in %):"))
-            display(shown.loc[norm][cols])
+    run.record(**ch.vision_metrics(cfg, vis))
+    for name, shown in ch.vision_tables(table).items():
+        display(Markdown(f"**{name}** (forget accuracy and OTR in %):"))
+        display(shown)
     display(
         Markdown(
             f"SDE reads `{cfg.sde_feature}`; subsets of {cfg.sde_size} images, "
@@ -201,17 +179,7 @@ lm = None
 if cfg.language:
     lm = ch.lm_lenses(cfg, cfg3)
     frame = ch.lm_frame(lm["runs"])
-    lm_runs = {
-        m: {str(k): r for k, r in by_k.items()} for m, by_k in lm["runs"].items()
-    }
-    run.record(
-        lm_runs=lm_runs,
-        lm_audit_method=lm["audit_method"],
-        audit_k=lm["audit_k"],
-        k_values=lm["k_values"],
-        lm_ref_bits=lm["ref_bits_total"],
-        lm_wall_s=lm["wall_s"],
-    )
+    run.record(**ch.lm_metrics(lm))
     display(frame[["out acc", "thk leak", "tf top-1", "bits"]])
     display(
         Markdown(
@@ -304,20 +272,7 @@ gaps = ch.published_gaps(
     cfg3.seeds[0],
 )
 run.record(published_gaps=gaps)
-unit = {
-    "01_bn_illusion": "pp of forget accuracy",
-    "03_canary_audit": "of out acc/thk leak",
-}
-display(
-    Markdown(
-        "; ".join(
-            f"chapter {c[:2].lstrip('0')}: "
-            + (f"{v:.3g} {unit[c]}" if isinstance(v, float) else v)
-            for c, v in gaps.items()
-        )
-        or "no chapter was looked at"
-    )
-)
+display(Markdown(ch.gaps_text(gaps)))
 
 # %% [markdown]
 # ## Question 4: do the lenses rank methods alike?
@@ -333,12 +288,7 @@ display(
 # %%
 vf = ch.vision_lens_frame(table) if vis is not None else None
 agree = ch.agreement(cfg, vf, frame if lm is not None else None)
-run.record(
-    tau_vision=ch.tau_record(agree["vision"]),
-    tau_lm=ch.tau_record(agree["lm"]),
-    tau_tests=agree["tests"],
-    n_boot=cfg.n_boot,
-)
+run.record(**ch.agreement_metrics(cfg, agree))
 panels = [
     (k, t)
     for k, t in (
@@ -365,8 +315,7 @@ if panels:
         ax.set_title(title, fontsize="small")
     fig.colorbar(im, ax=axes, shrink=0.8, label="Kendall τ")
     _ = plotting.publish(fig, "fig_tau", CH)
-tests = pd.DataFrame(agree["tests"]).T
-display(tests.rename_axis("hypothesis"))
+display(ch.tau_tests_table(agree))
 
 # %% [markdown]
 # ```{glue:figure} 06_cross_lens-fig_tau
@@ -381,18 +330,7 @@ display(tests.rename_axis("hypothesis"))
 # ## The hypotheses judged
 
 # %% tags=["hide-input"]
-verdicts = paper.evaluate(
-    ch.claims(), run.metrics, cfg.profile, reasons=paper.reasons(cfg.chapter)
-)
-display(paper.claims_table(verdicts))
-_ = run.save(claims=verdicts)
-
-# %% tags=["remove-input"]
-from myst_nb import glue
-
-for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing section
-    _slug = _verdict.split(" at ")[0].replace(" ", "-")  # e.g. "not-run"
-    glue(f"{cfg.chapter}-n-{_slug}", _n, display=False)
+verdicts = pagekit.judge(ch.claims(), run)  # glues the counts the closing section reads
 
 # %% [markdown]
 # ## What this means
@@ -400,27 +338,13 @@ for _verdict, _n in paper.tally(verdicts).items():  # counts for the closing sec
 # At the profile of this page, {glue:}`06_cross_lens-n-reproduced` hypotheses held,
 # {glue:}`06_cross_lens-n-not-reproduced` did not, {glue:}`06_cross_lens-n-not-judged`
 # could not be judged and {glue:}`06_cross_lens-n-not-run` were not run ("reproduced" in
-# the table means the hypothesis held). The verdicts are the result, whatever they are:
+# the table means the hypothesis held); the sanity checks, which hold by construction, are
+# counted apart ({glue:}`06_cross_lens-n-sanity`). The verdicts are the result, whatever they are:
 # the predictions were fixed before the run, and none was moved to fit it. Question by
 # question, with the numbers behind each verdict:
 
 # %% tags=["hide-input"]
-word = {
-    paper.REPRODUCED: "held",
-    paper.NOT_REPRODUCED: "did **not** hold",
-    paper.NOT_JUDGED: "could not be judged",
-    paper.NOT_RUN: "was not run here",
-}
-hyp_q = {k: h["question"] for k, h in ch.hypotheses().items()}
-lines = []
-for q in (1, 2, 3, 4):
-    parts = [
-        f"`{v['key']}` {word[v['verdict']]} ({v['evidence']})"
-        for v in verdicts
-        if hyp_q[v["key"]] == q
-    ]
-    lines.append(f"- **Question {q}.** " + "; ".join(parts) + ".")
-display(Markdown("\n".join(lines)))
+display(Markdown(ch.question_summary(verdicts)))
 
 # %% [markdown]
 # **How to read the lenses together.** A lens that reads the weights (recalibrated forget

@@ -98,3 +98,30 @@ def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_sou
         monkeypatch.setattr(module, "repo_root", lambda: root)
     monkeypatch.setenv("MEMLAB_PROGRESS", "0")
     return spec_dir
+
+
+SEED_SPEC = """
+from memlab.config import Param
+SPEC = {"seed": Param(int, 0, low=0)}
+"""
+
+
+def seed_chapter_notebook(module: str, body: str) -> str:
+    """A fake chapter notebook (for :func:`install_fake_chapter`) whose SPEC is :data:`SEED_SPEC`.
+
+    Its first cell imports the spec ``module`` and opens ``cfg`` and ``run``; ``body`` follows.
+    """
+    return f'''
+# %% tags=["parameters"]
+profile: str = "cpu"
+params: dict = {{}}
+
+# %%
+import os, sys
+sys.path.insert(0, {{spec_dir!r}})
+import {module}
+import torch
+from memlab import cache, config, results
+cfg = config.resolve_spec("fake", {module}.SPEC, profile, **params)
+run = results.Run(cfg)
+{body}'''

@@ -89,3 +89,23 @@ def test_sweep_benchmark_records_a_finished_sweep(tmp_path):
                           str(sweep_dir)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "is not a finished sweep folder (no timing.json" in out.stderr
     assert not (tmp_path / "none").exists()
+
+
+def test_book_benchmark_times_cold_runs_at_each_thread_count(tmp_path):
+    if not os.environ.get("MEMLAB_DATA_ROOT"):
+        import pytest
+
+        pytest.skip("needs MEMLAB_DATA_ROOT")
+    # two cold smoke runs of the quickest chapter, one per thread count, each with an empty cache
+    rec = _run("bench_book.py", tmp_path, "--chapters", "02_sde", "--profile", "smoke", "--threads", "1", "2",
+               timeout=1200)
+    m = rec["measurements"]
+    runs = m["chapters"]["02_sde"]["runs"]
+    assert [r["threads"] for r in runs] == [1, 2]
+    assert all(r["kind"] == "cold" and r["trained"] > 0 and r["loaded"] == 0 for r in runs)  # empty caches
+    assert all(r["cpu_s"] > 0 and r["wall_s"] > 0 and r["peak_memory_mb"] > 0 for r in runs)
+    assert runs[0]["estimate_line"].startswith("estimate: no recorded run of 02_sde at smoke")
+    ratio = m["chapters"]["02_sde"]["wall_ratio_to_first"]
+    assert ratio["1"] == 1.0 and abs(ratio["2"] - round(runs[0]["wall_s"] / runs[1]["wall_s"], 2)) < 1e-9
+    assert set(runs[0]["verdicts"]) == set(runs[1]["verdicts"])  # the same claims, judged at both counts
+    assert m["book_wall_s"]["2"] == runs[1]["wall_s"]

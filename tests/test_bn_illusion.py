@@ -9,6 +9,7 @@ from memlab import config, probes
 from memlab.config import ConfigError
 from memlab.data import vision
 from memlab.experiments import ch01_bn_illusion as E
+from memlab.experiments.ch01_bn_illusion.claims import _band
 
 CH = "01_bn_illusion"
 
@@ -55,19 +56,6 @@ def test_profiles_resolve_and_paper_uses_reference_settings():
     assert E.method_hparams(p, "SalUn", 0) == {"seed": 0}  # module DEFAULTS = reference values
     c = config.resolve(CH, "cpu")
     assert set(c.methods) == set(E.METHODS) and c.width < p.width
-
-
-def test_patch_shuffle_permutes_tiles_only():
-    x = torch.arange(2 * 3 * 32 * 32, dtype=torch.float32).view(2, 3, 32, 32)
-    y = E.patch_shuffle(x, 8, seed=0)
-    assert not torch.equal(x, y)
-    for i in range(2):
-        tiles = lambda t: sorted(t[:, r:r + 8, c:c + 8].flatten().tolist()[0] for r in range(0, 32, 8)
-                                 for c in range(0, 32, 8))
-        assert tiles(x[i]) == tiles(y[i])  # the same 16 tiles, reordered
-        torch.testing.assert_close(x[i].flatten().sort().values, y[i].flatten().sort().values)
-    with pytest.raises(ValueError, match="parameter 'patch'"):
-        E.patch_shuffle(x, 5)
 
 
 def test_relearn_auc_is_zero_for_retrain_one_for_original_and_linear_between():
@@ -154,8 +142,8 @@ def test_band_is_the_binomial_band_of_250_images():
     from memlab import metrics
 
     m = {"sizes": SIZES}
-    assert E._band(m, (60.0, 50.0)) == pytest.approx(100 * metrics.diff_band(0.6, 250, 0.5, 250))
-    assert E._band(m, (50.0, 50.0), (50.0, 50.0)) == pytest.approx(
+    assert _band(m, (60.0, 50.0)) == pytest.approx(100 * metrics.diff_band(0.6, 250, 0.5, 250))
+    assert _band(m, (50.0, 50.0), (50.0, 50.0)) == pytest.approx(
         np.sqrt(2) * 100 * metrics.diff_band(0.5, 250, 0.5, 250))
 
 

@@ -1,6 +1,7 @@
 """Chapter 3 library: authors, templates, config errors, NPO, the from_pretrained path, a toy paper run."""
 from __future__ import annotations
 
+import importlib
 import math
 
 import numpy as np
@@ -11,10 +12,13 @@ from memlab import config, lm
 from memlab.config import ConfigError
 from memlab.data import authors as A
 from memlab.experiments import ch03_canary_audit as E
+from memlab.experiments.ch03_canary_audit import tables as E_TABLES
 from memlab.unlearning import npo
 from conftest import fp_tol
 
 CH = "03_canary_audit"
+# the claims' module (the package's own ``claims`` name is the function): its thresholds are patched below
+E_CLAIMS = importlib.import_module("memlab.experiments.ch03_canary_audit.claims")
 
 
 # ----------------------------------------------------------------------------- data
@@ -301,7 +305,7 @@ def test_retain_drop_and_gap_growth_inside_noise_are_not_judged():
 ])
 def test_threshold_mutation_flips_its_claim(monkeypatch, name, value, case, key, before, after):
     assert _verdicts(_metrics(**case))[key]["verdict"] == before
-    monkeypatch.setattr(E, name, value)
+    monkeypatch.setattr(E_CLAIMS, name, value)
     assert _verdicts(_metrics(**case))[key]["verdict"] == after
 
 
@@ -334,7 +338,7 @@ def test_audit_threshold_mutation_flips_the_audited_state(monkeypatch, name, val
     before = E.audit_state(sweep, 30)
     assert before["K"] == 20 and before["reached"]
     # the defaults are read at call time so that the rule has one definition
-    monkeypatch.setattr(E, name, value)
+    monkeypatch.setattr(E_TABLES, name, value)
     after = E.audit_state(sweep, 30)
     assert (after["K"], after["reached"]) != (20, True)
 

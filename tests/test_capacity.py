@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from memlab import capacity as cap
+from memlab import paper
 from memlab.config import ConfigError
 from memlab.data.synthetic import uniform_tokens
 from memlab.lm import text_sequences
@@ -106,6 +107,9 @@ def test_membership_f1_extremes_and_chance():
     assert cap.membership_f1([0.0, 1.0, 5.0], [2.0, 3.0, 4.0]) == pytest.approx(2 / 3)
 
 
+# The law's constants as printed (Section 5.2.1), from the chapter's paper numbers.
+LAW = {c: paper.number("05_capacity", f"law_{c}") for c in ("c1", "c2", "c3")}
+
 TABLE2 = [  # (params, |D|, predicted F1) from the paper's Table 2
     (1_556_075_200, 170_654_583, 0.55), (1_556_075_200, 76_795_021, 0.75), (1_556_075_200, 18_851_574, 0.95),
     (123_702_528, 13_566_442, 0.55), (123_702_528, 6_104_935, 0.75), (123_702_528, 1_498_634, 0.95),
@@ -114,22 +118,22 @@ TABLE2 = [  # (params, |D|, predicted F1) from the paper's Table 2
 
 @pytest.mark.parametrize("params, n, f1", TABLE2)
 def test_membership_law_reproduces_table2(params, n, f1):
-    assert cap.membership_f1_law(params, n, 64, 50257) == pytest.approx(f1, abs=0.01)
+    assert cap.membership_f1_law(params, n, 64, 50257, **LAW) == pytest.approx(f1, abs=0.01)
     # and the inverse lands within 3% of the paper's |D|
-    assert cap.law_dataset_size(params, f1) == pytest.approx(n, rel=0.03)
+    assert cap.law_dataset_size(params, f1, **LAW) == pytest.approx(n, rel=0.03)
 
 
 def test_membership_law_limits_and_inverse():
-    assert cap.membership_f1_law(1e6, 1e12, 64, 2048) == pytest.approx(0.5)
-    assert cap.membership_f1_law(1e6, 1.0, 64, 2048) == pytest.approx(0.5 * (1 + 1.34 * (1 / (1 + math.exp(-33.14 * 0.034)))), rel=1e-4)
-    d = cap.law_dataset_size(5e6, 0.8)
-    assert cap.membership_f1_law(5e6, d, 64, 2048) == pytest.approx(0.8, abs=1e-9)
+    assert cap.membership_f1_law(1e6, 1e12, 64, 2048, **LAW) == pytest.approx(0.5)
+    assert cap.membership_f1_law(1e6, 1.0, 64, 2048, **LAW) == pytest.approx(0.5 * (1 + 1.34 * (1 / (1 + math.exp(-33.14 * 0.034)))), rel=1e-4)
+    d = cap.law_dataset_size(5e6, 0.8, **LAW)
+    assert cap.membership_f1_law(5e6, d, 64, 2048, **LAW) == pytest.approx(0.8, abs=1e-9)
     for bad in (dict(n_params=0), dict(n_samples=0), dict(seq_len=1), dict(vocab_size=1)):
         args = dict(n_params=1e6, n_samples=1e5, seq_len=64, vocab_size=2048) | bad
         with pytest.raises(ValueError, match=list(bad)[0]):
-            cap.membership_f1_law(**args)
+            cap.membership_f1_law(**args, **LAW)
     with pytest.raises(ValueError, match="f1"):
-        cap.law_dataset_size(1e6, 0.4)
+        cap.law_dataset_size(1e6, 0.4, **LAW)
 
 
 def test_law_fit_recovers_constants():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import install_fake_chapter
+from conftest import SEED_SPEC, install_fake_chapter, seed_chapter_notebook
 from memlab import cli, costs
 
 
@@ -87,33 +87,16 @@ def test_the_log_keeps_the_latest_records_of_each_chapter(tmp_path):
     assert costs.record(tmp_path, {"provenance": {}}, wall_s=1.0) is None  # results without a cost
 
 
-SPEC = '''
-from memlab.config import Param
-SPEC = {"seed": Param(int, 0, low=0)}
-'''
-
-NOTEBOOK = '''
-# %% tags=["parameters"]
-profile: str = "cpu"
-params: dict = {}
-
-# %%
-import sys
-sys.path.insert(0, {spec_dir!r})
-import costs_spec
-import torch
-from memlab import cache, config, results
-cfg = config.resolve_spec("fake", costs_spec.SPEC, profile, **params)
-run = results.Run(cfg)
+NOTEBOOK = seed_chapter_notebook("costs_spec", """
 for stage in ("a", "b"):
     t = cache.load_or_compute("fake", stage, {"seed": cfg.seed}, lambda: {"x": torch.randn(64, 64) @ torch.randn(64, 64)})
 run.record(x=float(t["x"].sum()))
 run.save(claims=[])
-'''
+""")
 
 
 def test_a_run_says_its_cost_before_it_starts_and_records_it_after(tmp_path, monkeypatch, capsys):
-    install_fake_chapter(tmp_path, monkeypatch, SPEC, NOTEBOOK, module="costs_spec")
+    install_fake_chapter(tmp_path, monkeypatch, SEED_SPEC, NOTEBOOK, module="costs_spec")
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "cache"))
     assert cli.main(["run", "fake", "--profile", "smoke", "--threads", "1"]) == 0
     first = capsys.readouterr().out

@@ -273,3 +273,27 @@ def test_a_constant_lens_leaves_its_tau_hypothesis_not_judged():
                        "lm_bits_tf": lenses.kendall_diff_ci(np.arange(6.0), np.ones(6), np.arange(6.0), n_boot=50)}}
     assert _verdict("vision_sde_agrees", m)["verdict"] == paper.NOT_JUDGED
     assert "ranks nothing" in _verdict("lm_bits_tf", m)["evidence"]
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def test_tables_shape_what_the_page_records_and_shows():
+    runs = {"NPO": {0: {"out_acc": 1.0}, 10: {"out_acc": 0.5}}}
+    lm = {"runs": runs, "audit_method": "NPO", "audit_k": 10, "k_values": [0, 10], "ref_bits_total": 12.0,
+          "wall_s": 1.0}
+    rec = ch.lm_metrics(lm)
+    assert list(rec["lm_runs"]["NPO"]) == ["0", "10"] and rec["lm_ref_bits"] == 12.0
+    assert set(rec) <= set(ch.METRIC_KEYS)
+    cols = {c: [1.0, 2.0] for c in ch.VISION_SHOWN if not c.startswith("SDE") and c != "BN mode"}
+    table = pd.DataFrame({"norm": ["bn", "bn"], "method": ["GA", "SSD"], "BN mode": ["train", "eval"],
+                          **cols, "OTR before": [40.0, 60.0], "OTR after": [50.0, 51.0]}).set_index(["norm", "method"])
+    shown = ch.vision_tables(table)
+    assert list(shown) == ["BatchNorm"] and list(shown["BatchNorm"].columns) == ch.VISION_SHOWN
+    assert shown["BatchNorm"]["SDE before"].tolist() == ["in training", "out"]
+    assert shown["BatchNorm"]["SDE after"].tolist() == ["in training", "out"]
+    assert ch.gaps_text({}) == "no chapter was looked at"
+    assert ch.gaps_text({"01_bn_illusion": 0.5}) == "chapter 1: 0.5 pp of forget accuracy"
+    assert list(ch.hypotheses_table().index) == list(ch.hypotheses())
+    summary = ch.question_summary(paper.evaluate(ch.claims(), {"tau_tests": {}}, "cpu"))
+    assert summary.count("- **Question") == 4 and "was not run here" in summary

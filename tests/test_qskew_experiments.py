@@ -173,8 +173,8 @@ def _paper_like():
     }
 
 
-CLAIM_KEYS = ["dft-best", "ift-best", "gain10", "member-skew", "asymmetry", "per-step", "mismatch", "ablation",
-              "pii-combine", "pii-skew-alone"]
+CLAIM_KEYS = ["dft_best", "ift_best", "gain10", "member_skew", "asymmetry", "per_step", "mismatch", "ablation",
+              "pii_combine", "pii_skew_alone"]
 
 
 def _verdicts(m, profile="cpu"):
@@ -191,14 +191,14 @@ def test_claims_all_reproduced_on_paper_like_metrics():
     assert _verdicts(_paper_like()) == {k: "reproduced" for k in CLAIM_KEYS}
     ev = _evidence(_paper_like())
     band = qs.auc_diff_band(80.0, 68.0, _paper_like())
-    assert ev["dft-best"] == f"Q-Skew AUC 80.0 vs best baseline SAMA 68.0 (band \u00b1{band:.1f})"
+    assert ev["dft_best"] == f"Q-Skew AUC 80.0 vs best baseline SAMA 68.0 (band \u00b1{band:.1f})"
     assert ev["gain10"].startswith("Q-Skew minus best baseline AUC: +12.0, +12.0 (mean +12.0), band")
     assert ev["asymmetry"] == "mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100"
     assert ev["mismatch"] == ("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
                               "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0")
-    assert ev["pii-combine"].startswith("top-1 hits CE phone 30/100, email 20/100; Combine-0.1 phone 45/100, "
+    assert ev["pii_combine"].startswith("top-1 hits CE phone 30/100, email 20/100; Combine-0.1 phone 45/100, "
                                         "email 35/100; truth among candidates phone 90/100, email 80/100")
-    assert ev["pii-skew-alone"].startswith("Q-Skew (PII mask) 18 hits vs CE 50 of 200")
+    assert ev["pii_skew_alone"].startswith("Q-Skew (PII mask) 18 hits vs CE 50 of 200")
 
 
 def test_auc_band_matches_hanley_mcneil():
@@ -223,19 +223,19 @@ def _set(path, value):
 G = qs.HEADLINE
 # One change per claim that breaks exactly that claim (and, where they share numbers, its neighbours).
 BREAKS = {
-    "dft-best": (_set(("domain", G, "Calibration", "AUC"), 85.0), {"dft-best", "gain10"}),
-    "ift-best": (_set(("instruction", "Loss", "AUC"), 85.0), {"ift-best", "gain10"}),
+    "dft_best": (_set(("domain", G, "Calibration", "AUC"), 85.0), {"dft_best", "gain10"}),
+    "ift_best": (_set(("instruction", "Loss", "AUC"), 85.0), {"ift_best", "gain10"}),
     "gain10": (_set(("domain", G, "SAMA", "AUC"), 75.0), {"gain10"}),  # still best, gains +5 and +12: mean 8.5
-    "member-skew": (_set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.5), {"member-skew"}),
+    "member_skew": (_set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.5), {"member_skew"}),
     # above the non-members but left-skewed
-    "member-skew-negative": (_set(("delta_stats", G, "members", "Q-Skew (pooled)"), -0.01), {"member-skew"}),
+    "member_skew_negative": (_set(("delta_stats", G, "members", "Q-Skew (pooled)"), -0.01), {"member_skew"}),
     "asymmetry": (_set(("asymmetry", 0.75, "mean gain (nats)"), 0.25), {"asymmetry"}),
-    "per-step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per-step"}),
-    "mismatch-drop": (_set(("table4_instruct", "Other-variant reference", "AUC"), 75.5), {"mismatch"}),
-    "mismatch-sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
+    "per_step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per_step"}),
+    "mismatch_drop": (_set(("table4_instruct", "Other-variant reference", "AUC"), 75.5), {"mismatch"}),
+    "mismatch_sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
     "ablation": (_set(("ablation", G, "mean instead of skewness", "AUC"), 83.0), {"ablation"}),
-    "pii-combine-kind": (_set(("pii", "hits", "Combine-0.1"), {"email": 60, "phone": 25}), {"pii-combine"}),
-    "pii-skew-alone": (_set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 45, "phone": 50}), {"pii-skew-alone"}),
+    "pii_combine_kind": (_set(("pii", "hits", "Combine-0.1"), {"email": 60, "phone": 25}), {"pii_combine"}),
+    "pii_skew_alone": (_set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 45, "phone": 50}), {"pii_skew_alone"}),
 }
 
 
@@ -249,11 +249,11 @@ def test_each_claim_fails_on_contrary_metrics(case):
 
 # Margins inside their noise band: "not judged", with the band in the evidence.
 WITHIN_NOISE = {
-    "dft-best": _set(("domain", G, "SAMA", "AUC"), 79.5),
-    "ift-best": _set(("instruction", "Loss", "AUC"), 82.0),  # a tie
+    "dft_best": _set(("domain", G, "SAMA", "AUC"), 79.5),
+    "ift_best": _set(("instruction", "Loss", "AUC"), 82.0),  # a tie
     "ablation": _set(("ablation", G, "w/o quantile weighting", "AUC"), 80.3),
-    "pii-combine": _set(("pii", "hits", "Combine-0.1"), {"email": 20, "phone": 31}),
-    "pii-skew-alone": _set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 19, "phone": 30}),
+    "pii_combine": _set(("pii", "hits", "Combine-0.1"), {"email": 20, "phone": 31}),
+    "pii_skew_alone": _set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 19, "phone": 30}),
 }
 
 
@@ -273,7 +273,7 @@ def test_pii_claims_not_judged_without_the_truth_among_candidates():
     m["pii"]["oracle"] = {"email": 0, "phone": 0}
     m["pii"]["hits"] = {k: {"email": 0, "phone": 0} for k in m["pii"]["hits"]}
     got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
-    for key in ("pii-combine", "pii-skew-alone"):
+    for key in ("pii_combine", "pii_skew_alone"):
         assert got[key]["verdict"] == paper.NOT_JUDGED
         assert got[key]["evidence"].startswith("truth among candidates phone 0/100, email 0/100: no ranking")
 
@@ -293,13 +293,13 @@ def test_claims_not_judged_at_smoke_or_without_metrics():
     m = _paper_like()
     del m["pii"], m["ablation"]  # e.g. a run with a reduced score list
     v = _verdicts(m)
-    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"pii-combine", "pii-skew-alone", "ablation"}
-    assert all(v[k] == "reproduced" for k in CLAIM_KEYS if k not in ("pii-combine", "pii-skew-alone", "ablation"))
+    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"pii_combine", "pii_skew_alone", "ablation"}
+    assert all(v[k] == "reproduced" for k in CLAIM_KEYS if k not in ("pii_combine", "pii_skew_alone", "ablation"))
     m = _paper_like()
     for key in ("domain", "delta_stats", "table4_base", "ablation"):
         del m[key][G]  # a run without the domain-gap setting: its claims are not run
     v = _verdicts(m)
-    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"dft-best", "gain10", "member-skew", "mismatch",
+    assert {k for k, x in v.items() if x == paper.NOT_RUN} == {"dft_best", "gain10", "member_skew", "mismatch",
                                                               "ablation"}
 
 
@@ -316,11 +316,11 @@ def test_claims_a_run_cannot_decide_are_not_judged():
     m["asymmetry"] = {0.5: m["asymmetry"][0.5]}
     m["domain"][G] = _auc(**{"Q-Skew": 80.0})
     got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
-    for key in ("asymmetry", "per-step", "dft-best", "gain10"):
+    for key in ("asymmetry", "per_step", "dft_best", "gain10"):
         assert got[key]["verdict"] == paper.NOT_JUDGED, key
     assert got["asymmetry"]["evidence"] == "one fixed mask ratio (0.5); a trend needs at least two"
-    assert got["dft-best"]["evidence"] == "domain: no baseline score was run to compare with"
-    assert got["ift-best"]["verdict"] == "reproduced"
+    assert got["dft_best"]["evidence"] == "domain: no baseline score was run to compare with"
+    assert got["ift_best"]["verdict"] == "reproduced"
 
 
 # --- the regime guard, the TPR rule and the PII cross-entropy masks ----------------------------------

@@ -1,4 +1,4 @@
-"""Tests of chapter 2's orchestration (memlab.experiments.ch02_sde) and its unlearning methods."""
+"""Tests of chapter 2's orchestration (the package memlab.experiments.ch02_sde) and its unlearning methods."""
 import numpy as np
 import pytest
 import torch
@@ -8,6 +8,8 @@ from torch import nn
 from memlab import config, probes
 from memlab.config import ConfigError
 from memlab.experiments import ch02_sde as ex
+from memlab.experiments.ch02_sde import stages
+from memlab.models.resnet import resnet18
 from memlab.unlearning import registry
 from memlab.unlearning.sparsity import l1_coefficient, l1_norm
 from memlab.unlearning.unroll import accumulate_forget_gradient, forget_gradient
@@ -49,7 +51,7 @@ def test_bad_parameters_fail_before_work(override, name):
 # ----------------------------------------------------------------------------- outputs and subsets
 
 def test_model_outputs_depths():
-    model = ex.resnet18(num_classes=10, width=2).eval()
+    model = resnet18(num_classes=10, width=2).eval()
     x = torch.randn(5, 3, 32, 32)
     dims = {"layer2": 4, "layer3": 8, "penultimate": 16, "logits": 10, "softmax": 10}
     for depth, d in dims.items():
@@ -97,7 +99,7 @@ def test_f1_band_zero_for_perfect_and_wide_for_chance():
 
 
 def test_one_pass_outputs_match_single_depth_and_cache():
-    model = ex.resnet18(num_classes=10, width=2).eval()
+    model = resnet18(num_classes=10, width=2).eval()
     data = synthetic_data(n_per_class=2, n_test_per_class=1)
     tr, te = ex.all_outputs(model, data, "penultimate")
     assert tr.shape == (20, 16) and te.shape == (10, 16)
@@ -131,8 +133,8 @@ def test_spread_analysis_identity_on_synthetic_outputs(monkeypatch):
     data = synthetic_data(n_per_class=16, n_test_per_class=6)
     cfg = config.resolve("02_sde", "smoke", n_shuffles=400, n_targets=4, holdout_fractions=[0.2, 0.25, 0.3],
                          subset_sizes=[12, 12, 12], forget_fraction=0.25, size_sweep=[8])
-    monkeypatch.setattr(ex, "holdout_split", lambda cfg, n, f: (np.arange(120, 160), np.arange(120)))
-    monkeypatch.setattr(ex, "all_outputs", lambda model, data, feature: (train_out, test_out))
+    monkeypatch.setattr(stages, "holdout_split", lambda cfg, n, f: (np.arange(120, 160), np.arange(120)))
+    monkeypatch.setattr(stages, "all_outputs", lambda model, data, feature: (train_out, test_out))
     df = ex.spread_analysis(cfg, data, None, 0.25, 12)
     assert len(df) == 2 * 4 + 2 and set(df["kind"]) == {"in-ref", "out-ref", "in-target", "out-target"}
     s = ex.identity_summary(df)

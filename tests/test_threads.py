@@ -5,31 +5,14 @@ import os
 
 import pytest
 
-from conftest import install_fake_chapter
+from conftest import SEED_SPEC, install_fake_chapter, seed_chapter_notebook
 from memlab import cli, config
 from memlab.config import ConfigError
 
-SPEC = '''
-from memlab.config import Param
-SPEC = {"seed": Param(int, 0, low=0)}
-'''
-
-NOTEBOOK = '''
-# %% tags=["parameters"]
-profile: str = "cpu"
-params: dict = {}
-
-# %%
-import os, sys
-sys.path.insert(0, {spec_dir!r})
-import threads_spec
-import torch
-from memlab import config, results
-cfg = config.resolve_spec("fake", threads_spec.SPEC, profile, **params)
-run = results.Run(cfg)
+NOTEBOOK = seed_chapter_notebook("threads_spec", """
 run.record(torch_threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"))
 run.save(claims=[])
-'''
+""")
 
 
 def test_the_default_is_every_core_this_process_may_use(monkeypatch):
@@ -59,7 +42,7 @@ def test_a_bad_environment_value_names_the_variable(monkeypatch, env):
 
 
 def test_the_cli_refuses_a_bad_count_before_any_work(tmp_path, monkeypatch, capsys):
-    install_fake_chapter(tmp_path, monkeypatch, SPEC, NOTEBOOK, module="threads_spec")
+    install_fake_chapter(tmp_path, monkeypatch, SEED_SPEC, NOTEBOOK, module="threads_spec")
     assert cli.main(["run", "fake", "--profile", "smoke", "--threads", "0"]) == 2
     assert "parameter 'threads': must be an integer from 1 to 1024 (got 0)" in capsys.readouterr().err
     assert not (tmp_path / "book").exists()
@@ -68,7 +51,7 @@ def test_the_cli_refuses_a_bad_count_before_any_work(tmp_path, monkeypatch, caps
 
 
 def test_the_kernel_computes_with_the_chosen_threads(tmp_path, monkeypatch):
-    install_fake_chapter(tmp_path, monkeypatch, SPEC, NOTEBOOK, module="threads_spec")
+    install_fake_chapter(tmp_path, monkeypatch, SEED_SPEC, NOTEBOOK, module="threads_spec")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the suite's own setting: the flag must override it
     assert cli.main(["run", "fake", "--profile", "smoke", "--threads", "2"]) == 0
     res = json.loads((tmp_path / "book" / "results" / "fake.json").read_text())

@@ -24,6 +24,8 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
+from memlab.lm import pad_sequences
+
 MISSING: tuple[str, ...] = ("trace", "answer")
 
 
@@ -232,13 +234,8 @@ class ChatFormat:
 # ----------------------------------------------------------------------------- model probes
 
 def _left_pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-        mask[i, width - len(s):] = 1
-    return ids, mask
+    """Left-padded ``(ids, attention)``: :func:`memlab.lm.pad_sequences` with side "left"."""
+    return pad_sequences(seqs, pad_id, side="left")
 
 
 @torch.no_grad()
@@ -305,15 +302,78 @@ def teacher_forced_top1(model, contexts: Sequence[Sequence[int]], targets: Seque
     rates = []
     for start in range(0, len(contexts), batch_size):
         ctx, tgt = contexts[start:start + batch_size], targets[start:start + batch_size]
-        seqs = [list(c) + list(t) for c, t in zip(ctx, tgt)]
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, s in enumerate(seqs):  # right padding keeps positions aligned with an unpadded run
-            ids[i, :len(s)] = torch.tensor(s)
-            mask[i, :len(s)] = 1
+        # right padding keeps positions aligned with an unpadded run
+        ids, mask = pad_sequences([list(c) + list(t) for c, t in zip(ctx, tgt)], pad_id)
         pred = model(input_ids=ids.to(dev), attention_mask=mask.to(dev)).logits.argmax(-1).cpu()
         for i, (c, t) in enumerate(zip(ctx, tgt)):
             guess = pred[i, len(c) - 1:len(c) - 1 + len(t)]
             rates.append(float((guess == torch.tensor(t)).float().mean()))
     return np.array(rates)
+
+
+# ----------------------------------------------------------------------------- chat tags, probe scoring and summaries
+
+def deepseek_format(codec) -> ChatFormat:
+    """The DeepSeek-R1 distillates' chat tags (their tokenizer holds them as single tokens).
+
+    codec: a codec with a Hugging Face ``tokenizer`` attribute; its ``bos_token_id`` (when
+    set) opens every prompt and its ``eos_token`` (else ``<｜end▁of▁sentence｜>``) ends a turn.
+    """
+    tok = codec.tokenizer
+    bos = (tok.bos_token_id,) if tok.bos_token_id is not None else ()
+    return ChatFormat(codec, user="<｜User｜>", assistant="<｜Assistant｜>", think_open="<think>",
+                      think_close="</think>", end=tok.eos_token or "<｜end▁of▁sentence｜>", bos=bos)
+
+
+def trace_nonempty(texts: Sequence[str], close_tag: str = "</think>") -> np.ndarray:
+    """(n,) booleans: the trace parsed by :func:`split_trace` (missing tag -> trace) has non-space text."""
+    return np.array([bool(split_trace(t, close_tag)[0].strip()) for t in texts], bool)
+
+
+def score_retain(answers: Sequence[str], keys: Sequence[str], names: Sequence[str]) -> dict[str, list]:
+    """Generic-knowledge probes: ``{"correct": [bool], "fictional": [str]}``, one entry per answer.
+
+    answers: n parsed answers; keys: n expected keys (correct when the key occurs in the
+    answer, case-insensitively); names: fictional author names (``fictional`` is the first
+    of them that occurs in the answer, case-sensitively, else "").
+    """
+    if len(answers) != len(keys):
+        raise ValueError(f"parameter 'keys': needs one key per answer (got {len(keys)} for {len(answers)})")
+    return {"correct": [k.lower() in a.lower() for k, a in zip(keys, answers)],
+            "fictional": [next((n for n in names if n in a), "") for a in answers]}
+
+
+def summarise_probes(res: dict, n_boot: int, seed: int = 0) -> dict:
+    """Means and author-clustered 95% intervals of one evaluation's per-probe results (texts dropped).
+
+    res: any of ``"auto"`` (``out``, ``thk``, ``tag_missing``: (n,) per author), ``"prefill"``
+    (``{mode: {"out": (n,)}}``), ``"tf"`` (``{mode: (n,) top-1 rates}``), ``"qa"`` (``out`` and
+    its ``author`` labels) and ``"retain"`` (``correct``, ``fictional``); other keys are ignored.
+    Returns, per arm present: ``auto`` = :func:`bypass_summary` plus ``tag_missing_rate``;
+    ``prefill[mode]`` = :func:`mean_ci` of out acc, plus, when ``auto`` is there,
+    ``auto_minus`` = Delta_AB, the interval of AUTO minus this prefill paired by author;
+    ``tf[mode]`` and ``qa`` = :func:`mean_ci`; ``retain`` = ``{"acc", "n", "fictional_rate"}``.
+    """
+    out: dict = {}
+    if "auto" in res:
+        a = res["auto"]
+        clusters = np.arange(len(a["out"]))
+        out["auto"] = bypass_summary(a["out"], a["thk"], clusters, n_boot, seed)
+        out["auto"]["tag_missing_rate"] = float(np.mean(a["tag_missing"]))
+    if "prefill" in res:
+        out["prefill"] = {}
+        for mode, p in res["prefill"].items():
+            clusters = np.arange(len(p["out"]))
+            out["prefill"][mode] = mean_ci(np.asarray(p["out"], float), clusters, n_boot, seed)
+            if "auto" in res:  # Delta_AB: AUTO out acc minus this prefill's, paired by author
+                diff = np.asarray(res["auto"]["out"], float) - np.asarray(p["out"], float)
+                out["prefill"][mode]["auto_minus"] = mean_ci(diff, clusters, n_boot, seed)
+    if "tf" in res:
+        out["tf"] = {mode: mean_ci(np.asarray(v), np.arange(len(v)), n_boot, seed) for mode, v in res["tf"].items()}
+    if "qa" in res:
+        out["qa"] = mean_ci(np.asarray(res["qa"]["out"], float), res["qa"]["author"], n_boot, seed)
+    if "retain" in res:
+        r = res["retain"]
+        out["retain"] = {"acc": float(np.mean(r["correct"])), "n": len(r["correct"]),
+                         "fictional_rate": float(np.mean([bool(f) for f in r["fictional"]]))}
+    return out

@@ -28,9 +28,6 @@ import torch.nn.functional as F
 
 LN2 = math.log(2.0)
 
-# Membership-F1 law constants as printed in Section 5.2.1.
-C1, C2, C3 = 1.34, -0.034, -33.14
-
 
 # ----------------------------------------------------------------------------- code lengths
 
@@ -215,7 +212,7 @@ def _sigmoid(x):
     return expit(x)
 
 
-def membership_f1_law(n_params, n_samples, seq_len, vocab_size, c1=C1, c2=C2, c3=C3):
+def membership_f1_law(n_params, n_samples, seq_len, vocab_size, *, c1: float, c2: float, c3: float):
     """Predicted loss-based membership F1 (Morris et al., Section 5.2).
 
     The form that reproduces the paper's Table 2 (all six rows within 0.002):
@@ -231,7 +228,9 @@ def membership_f1_law(n_params, n_samples, seq_len, vocab_size, c1=C1, c2=C2, c3
     setting the constants were fitted in (the paper: S = 64 GPT-2 tokens) and
     are checked, but do not enter the formula.
 
-    n_params, n_samples: scalars or arrays (broadcast). Returns F1 in [0.5, 0.5 + c1/2].
+    n_params, n_samples: scalars or arrays (broadcast). c1, c2, c3: the law's constants (the
+    paper's are ``law_c1``, ``law_c2``, ``law_c3`` of ``data/papers/05_capacity.yaml``).
+    Returns F1 in [0.5, 0.5 + c1/2].
     """
     p = np.asarray(n_params, dtype=float)
     d = np.asarray(n_samples, dtype=float)
@@ -247,18 +246,19 @@ def membership_f1_law(n_params, n_samples, seq_len, vocab_size, c1=C1, c2=C2, c3
     return float(f1) if f1.ndim == 0 else f1
 
 
-def law_dataset_size(n_params: float, f1: float, c1=C1, c2=C2, c3=C3) -> float:
-    """Inverse of :func:`membership_f1_law`: the |D| at which the law predicts ``f1``."""
+def law_dataset_size(n_params: float, f1: float, *, c1: float, c2: float, c3: float) -> float:
+    """Inverse of :func:`membership_f1_law`: the |D| (sequences, float) at which the law predicts ``f1``."""
     s = (2.0 * f1 - 1.0) / c1
     if not 0.0 < s < 1.0:
         raise ValueError(f"parameter 'f1': must lie in (0.5, {0.5 + c1 / 2:.3f}) (got {f1!r})")
     return float(n_params * (math.log(s / (1.0 - s)) / c3 - c2))
 
 
-def fit_membership_law(samples_per_param, f1, p0=(C1, C2, C3)) -> dict[str, float]:
+def fit_membership_law(samples_per_param, f1, c1_start: float = 1.0) -> dict[str, float]:
     """Fit c1, c2, c3 of the law to measured (|D|/|θ|, F1) points (scipy curve_fit).
 
-    samples_per_param, f1: (M,) arrays. Returns the constants and the RMSE.
+    samples_per_param, f1: (M,) arrays. ``c1_start``: the optimiser's first c1 (chapter 5 starts
+    from the paper's); c2 and c3 start from the data. Returns the constants and the RMSE.
     """
     from scipy.optimize import curve_fit
 
@@ -274,7 +274,7 @@ def fit_membership_law(samples_per_param, f1, p0=(C1, C2, C3)) -> dict[str, floa
     # measured ratios so the optimiser sees a gradient.
     c3_0 = -4.0 / max(np.median(x), 1e-12)
     (c1, c2, c3), _ = curve_fit(
-        law, x, y, p0=(p0[0], -float(np.median(x)), c3_0), maxfev=20000,
+        law, x, y, p0=(c1_start, -float(np.median(x)), c3_0), maxfev=20000,
         bounds=([0.0, -np.inf, -np.inf], [2.0, np.inf, 0.0]),
     )
     rmse = float(np.sqrt(np.mean((law(x, c1, c2, c3) - y) ** 2)))
@@ -342,3 +342,59 @@ def first_increase(x, y, se=None, z: float = 1.96) -> float | None:
         if y[i] - y[i - 1] > z * math.hypot(e[i], e[i - 1]):
             return float(np.asarray(x, dtype=float)[i - 1])
     return None
+
+
+# ----------------------------------------------------------------------------- data grids and noise
+
+def samples_for_bits(target_bits: float, seq_len: int, vocab_size: int) -> int:
+    """Fewest uniform sequences (int, at least 1) whose entropy N S log2 V reaches ``target_bits`` (bits)."""
+    if not math.isfinite(target_bits) or target_bits < 0:
+        raise ValueError(f"parameter 'target_bits': must be a finite number >= 0 (got {target_bits!r})")
+    return max(1, math.ceil(target_bits / uniform_entropy_bits(seq_len, vocab_size)))
+
+
+def relative_half_width(per_sample, n_boot: int = 1000, seed: int = 0) -> float:
+    """Half the 95% bootstrap interval of a total over samples, relative to the total (a fraction).
+
+    per_sample: (N,) per-sample amounts, e.g. memorised bits. The interval is the percentile
+    bootstrap of the sum (:func:`memlab.metrics.bootstrap_ci`, ``n_boot`` resamples, ``seed``).
+    NaN when the total is not positive or N < 2 (no spread to measure).
+    """
+    from memlab.metrics import bootstrap_ci
+
+    a = np.asarray(per_sample, dtype=float)
+    if a.ndim != 1:
+        raise ValueError(f"parameter 'per_sample': must be a 1-d array (got shape {a.shape})")
+    total = float(a.sum())
+    if total <= 0 or len(a) < 2:
+        return float("nan")
+    lo, hi = bootstrap_ci(a, stat=np.sum, n_boot=n_boot, seed=seed)
+    return float((hi - lo) / 2 / total)
+
+
+def fit_alpha_noise(n_params, capacities, noise_rel, n_draws: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Half-widths of 95% bands on :func:`fit_alpha`'s alpha (bits/parameter) and R^2, from each capacity's noise.
+
+    n_params, capacities, noise_rel: (M,) parameter counts, capacities in bits and their 95%
+    half-widths relative to the capacity (NaN counts as 0). Each capacity is redrawn ``n_draws``
+    times as normal with sd = capacity * noise_rel / 1.96 (one NumPy generator seeded with
+    ``seed``), the through-origin fit repeated; returns half the 2.5-97.5% range of each,
+    ``{"alpha_band": ..., "r2_band": ...}``.
+    """
+    p = np.asarray(n_params, dtype=float)
+    c = np.asarray(capacities, dtype=float)
+    e = np.asarray(noise_rel, dtype=float)
+    if p.ndim != 1 or p.shape != c.shape or p.shape != e.shape:
+        raise ValueError(
+            f"parameter 'capacities': n_params, capacities and noise_rel must be 1-d of one length "
+            f"(got {p.shape}, {c.shape}, {e.shape})"
+        )
+    rng = np.random.default_rng(seed)
+    sd = c * np.nan_to_num(e) / 1.96
+    draws = c + rng.standard_normal((n_draws, len(c))) * sd
+    alpha = draws @ p / (p @ p)
+    ss_res = ((draws - alpha[:, None] * p) ** 2).sum(1)
+    ss_tot = ((draws - draws.mean(1, keepdims=True)) ** 2).sum(1)
+    r2 = 1.0 - ss_res / np.where(ss_tot > 0, ss_tot, np.nan)
+    half = lambda v: float(np.subtract(*np.nanquantile(v, [0.975, 0.025])) / 2)  # noqa: E731
+    return {"alpha_band": half(alpha), "r2_band": half(r2)}

@@ -32,27 +32,22 @@ CHAPTERS: dict[str, Chapter] = {
         Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
                 "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt",
                 sweep_note=(
-                    "**Why no seed sweep yet.** The chapter's `seed` sets the synthetic authors, the "
-                    "tokenizer and the pre-training, so each new seed pre-trains its own base and "
+                    "**No seed sweep published yet.** The chapter's `seed` sets the synthetic authors, "
+                    "the tokenizer and the pre-training, so each new seed pre-trains its own base and "
                     "trains four LoRA adapters (two memorisation seeds, each memorised and unlearned) "
-                    "before the warm part (about 6 CPU-minutes). At the 2.4-3.4 LoRA steps per second "
-                    "measured on an idle core here, that is about 25-30 minutes per seed, so the "
-                    "3-seed sweep needs about 40 minutes on this 2-core machine and did not fit this "
-                    "round's machine time. The page already repeats memorisation and unlearning over "
-                    "two seeds (`seeds`, default [0, 1]) on one base. Run it with "
-                    "`memlab sweep 03_canary_audit --profile cpu -p seed 0..2 --workers 3` on 3 or "
-                    "more cores.")),
+                    "before the rest of the page; what one cold seed costs is on [What a run "
+                    "costs](cost.md). The page already repeats memorisation and unlearning over two "
+                    "seeds (`seeds`, default [0, 1]) on one base. To sweep it: `memlab sweep "
+                    "03_canary_audit --profile cpu -p seed 0..2 --workers 3` (3 or more cores).")),
         Chapter("04_qskew", "Q-Skew membership inference on diffusion language models",
                 "memlab.experiments.ch04_qskew", "qskew-diffusion-lm-membership.txt",
                 sweep_note=(
-                    "**Why no current seed sweep.** Each seed pre-trains its own 4000-step base before "
-                    "the page's three fine-tuning runs. On the 2-core machine that publishes the book, "
-                    "one cold `cpu` run took 1535 s for the base and 3374 s for the rest, at a load "
-                    "average of 11-16, so those times are inflated. Three seeds would not fit the "
-                    "sweep budget of about 40 minutes there. The page itself already averages three "
-                    "independent fine-tuning runs (seeds s, s+1 and s+2) on one base. With 3 or more "
-                    "cores, run `memlab sweep 04_qskew --profile cpu -p seed 0..2 --workers 3`; on a "
-                    "GPU cluster, see `--cluster slurm`.")),
+                    "**No current seed sweep published yet.** Each seed pre-trains its own base before "
+                    "the page's three fine-tuning runs; what one cold seed costs is on [What a run "
+                    "costs](cost.md). The page itself already averages three independent fine-tuning "
+                    "runs (seeds s, s+1 and s+2) on one base. To sweep it: `memlab sweep 04_qskew "
+                    "--profile cpu -p seed 0..2 --workers 3` (3 or more cores); on a GPU cluster, see "
+                    "`--cluster slurm`.")),
         Chapter("05_capacity", "How much do language models memorize?",
                 "memlab.experiments.ch05_capacity", "lm-memorization-capacity.txt"),
         Chapter("06_cross_lens", "One model, many lenses",

@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from memlab import capacity, metrics, mia
+from memlab import capacity, lm, metrics, mia
 
 SCORES: tuple[str, ...] = ("Loss", "Min-K%", "Min-K%++", "Reference")
 
@@ -60,13 +60,7 @@ def continuation_log_probs(model, contexts: Sequence[Sequence[int]], targets: Se
     out: list[np.ndarray] = []
     for start in range(0, len(contexts), batch_size):
         ctx, tgt = contexts[start:start + batch_size], targets[start:start + batch_size]
-        seqs = [list(c) + list(t) for c, t in zip(ctx, tgt)]
-        width = max(map(len, seqs))
-        ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-        att = torch.zeros_like(ids)
-        for i, s in enumerate(seqs):
-            ids[i, :len(s)] = torch.tensor(s)
-            att[i, :len(s)] = 1
+        ids, att = lm.pad_sequences([list(c) + list(t) for c, t in zip(ctx, tgt)], pad_id)
         logits = model(input_ids=ids.to(dev), attention_mask=att.to(dev)).logits.double()
         logp = torch.log_softmax(logits, dim=-1).cpu()
         for i, (c, t) in enumerate(zip(ctx, tgt)):
@@ -213,4 +207,55 @@ def tau_matrix(frame: pd.DataFrame, n_boot: int = 2000, seed: int = 0, level: fl
             r = kendall_ci(x, y, n_boot=n_boot, seed=seed, level=level)
             for name, key in (("tau", "tau"), ("low", "low"), ("high", "high")):
                 out[name].loc[a, b] = out[name].loc[b, a] = r[key]
+    return out
+
+# ----------------------------------------------------------------------------- SDE on a forget set and membership AUCs
+
+
+def sde_out_of_training(in_ref: np.ndarray, out_ref: np.ndarray, targets: Sequence[np.ndarray], *,
+                        n_shuffles: int = 200, n_bins: int = 30, seed: int = 0) -> np.ndarray:
+    """(n_targets,) bool: chapter 2's SDE verdict "out of training" (forgotten) on each target subset.
+
+    in_ref (s, d): a model's outputs on samples it trained on; out_ref (s', d): on samples it
+    never saw; targets: n_targets arrays (s_i, d) of outputs on the subsets to judge (a
+    (n_targets, s, d) array works too). Each subset's split-half HSIC distribution
+    (:func:`memlab.sde.split_half_dependence`, ``n_shuffles`` values, RBF bandwidth sqrt(d))
+    is compared with both references' by :func:`memlab.sde.decide` on ``n_bins`` bins.
+    Shuffle seeds: ``seed`` for in_ref, ``seed + 1`` for out_ref, ``seed + 2 + i`` for target
+    i, so the same seed gives two models paired verdicts that differ only by their outputs.
+    """
+    from memlab import sde
+
+    ins, outs = np.asarray(in_ref), np.asarray(out_ref)
+    if ins.ndim != 2 or outs.ndim != 2 or ins.shape[1] != outs.shape[1]:
+        raise ValueError(f"parameters 'in_ref', 'out_ref': must be (s, d) with the same d (got {ins.shape}, "
+                         f"{outs.shape})")
+    if len(targets) == 0:
+        raise ValueError("parameter 'targets': needs at least one target subset (got none)")
+    d = ins.shape[1]
+    if any(np.ndim(t) != 2 or np.shape(t)[1] != d for t in targets):
+        raise ValueError(f"parameter 'targets': every subset must be (s, {d}) like the references (got "
+                         f"{[np.shape(t) for t in targets]})")
+    kw = dict(n_shuffles=n_shuffles, sigma=float(np.sqrt(d)))
+    h_in = sde.split_half_dependence(ins, seed=seed, **kw)
+    h_out = sde.split_half_dependence(outs, seed=seed + 1, **kw)
+    return np.array([sde.decide(sde.split_half_dependence(t, seed=seed + 2 + i, **kw), h_in, h_out,
+                                n_bins=n_bins)["out"] for i, t in enumerate(targets)])
+
+
+def membership_aucs(member_scores: dict, nonmember_scores: dict) -> dict[str, float]:
+    """{score name: ROC AUC} of members against non-members for every score of :func:`membership_scores`.
+
+    member_scores: {name: (n,) scores of the members}; nonmember_scores: {name: (m,) of the
+    non-members}, the same names (higher = more likely a member; 1 separates perfectly, 0.5
+    is chance). AUC as :func:`memlab.metrics.roc_metrics`.
+    """
+    if set(member_scores) != set(nonmember_scores):
+        raise ValueError(f"parameter 'nonmember_scores': needs the scores of member_scores "
+                         f"(got {sorted(nonmember_scores)} for {sorted(member_scores)})")
+    out = {}
+    for s, mem in member_scores.items():
+        mem, non = np.asarray(mem, dtype=float), np.asarray(nonmember_scores[s], dtype=float)
+        labels = np.r_[np.ones(len(mem)), np.zeros(len(non))]
+        out[s] = metrics.roc_metrics(np.r_[mem, non], labels)["auc"]
     return out

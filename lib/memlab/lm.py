@@ -126,3 +126,58 @@ def text_sequences(ids, seq_len: int) -> torch.Tensor:
     first = torch.full((int(inverse.max()) + 1,), n, dtype=torch.int64).scatter_reduce(
         0, inverse, torch.arange(n), reduce="amin")
     return chunks[first.sort().values]
+
+
+def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids (B, T), attention (B, T))`` int64 tensors of token-id lists padded to the longest, T.
+
+    side: "right" keeps every row's positions aligned with an unpadded run (teacher
+    forcing, scoring); "left" ends every row at column T - 1 (batched greedy decoding).
+    Padding ids are ``pad_id``, padding attention 0, real tokens' attention 1.
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"parameter 'side': must be 'right' or 'left' (got {side!r})")
+    if len(seqs) == 0:
+        raise ValueError("parameter 'seqs': need at least one sequence to pad (got none)")
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        cols = slice(0, len(s)) if side == "right" else slice(width - len(s), width)
+        ids[i, cols] = torch.as_tensor(list(s), dtype=torch.long)
+        att[i, cols] = 1
+    return ids, att
+
+
+#: the projections of a Qwen2/Llama block that a LoRA adapter wraps
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def attach_lora(model, rank: int, state: dict[str, torch.Tensor] | None = None, targets: Sequence[str] = LORA_TARGETS):
+    """``model`` wrapped by peft in a LoRA adapter of ``rank`` (alpha 2 rank, no dropout) on ``targets``.
+
+    The adapter is fresh (peft's initialisation, from torch's global generator: lora_B = 0, so
+    the output is the base model's) or loaded from ``state`` (a peft adapter state dict
+    ``{name: tensor}``, lora_A of shape (rank, in) and lora_B (out, rank) per wrapped projection,
+    moved to the model's device). The base weights are shared, not copied; undo with
+    :func:`unload_lora`.
+    """
+    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+    if int(rank) < 1:
+        raise ValueError(f"parameter 'rank': must be an integer >= 1 (got {rank!r})")
+    dev = next(model.parameters()).device
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(targets),
+                        task_type="CAUSAL_LM")
+    peft_model = get_peft_model(model, config)
+    if state is not None:
+        set_peft_model_state_dict(peft_model, {k: v.to(dev) for k, v in state.items()})
+    return peft_model
+
+
+def unload_lora(peft_model):
+    """The base model of :func:`attach_lora` with the LoRA layers removed (not merged), all parameters frozen."""
+    base = peft_model.unload()
+    for p in base.parameters():
+        p.requires_grad_(False)
+    return base

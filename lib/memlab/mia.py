@@ -433,7 +433,10 @@ def _per_position(x: torch.Tensor) -> np.ndarray:
 
 
 def deltas_of(target_view: dict, ref_view: dict, group: str = "cyclic") -> list[np.ndarray]:
-    """Per-sequence flat arrays of Delta = NLL_ref - NLL_target over every masked entry."""
+    """Per-sequence flat arrays of Delta = NLL_ref - NLL_target (nats) over every masked entry.
+
+    Returns a list of N arrays, one per sequence, of shape (n_i,) (its finite masked entries).
+    """
     d = (ref_view[group] - target_view[group]).numpy()
     return [row[np.isfinite(row)] for row in d.reshape(d.shape[0], -1)]
 
@@ -572,3 +575,94 @@ def rank_candidates(ce: np.ndarray, skewness: np.ndarray, alpha: float) -> np.nd
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"parameter 'alpha': must be in [0, 1] (got {alpha})")
     return -(1 - alpha) * _zscore(np.asarray(ce, float)) + alpha * _zscore(np.asarray(skewness, float))
+
+
+# ----------------------------------------------------------------------------- PII reconstruction attack (Table 6)
+
+def reconstruct_pii(target, reference, record: torch.Tensor, prefix_len: int, *, slots: int, eos_id: int,
+                    candidates: int, steps: int, repeats: int, ce_share: float, span: int, rho: float,
+                    rounds: int, h: float, alpha: float, generator: torch.Generator,
+                    batch_size: int = 64) -> dict | None:
+    """Reconstruct the masked PII of one record by denoising, and rank the unique candidates (Table 6).
+
+    record: (L,) token ids of the record whose PII starts at ``prefix_len``. ``slots``
+    positions from there are set to ``eos_id`` and masked; ``candidates`` rows are
+    filled by independent denoising runs of ``target`` (``steps`` steps, temperature
+    1, ``generator``), and each row's tokens up to its first ``eos_id`` are a
+    candidate (kept if at least 2 tokens; duplicates dropped, first-seen order).
+    Each candidate record (prefix + candidate, padded with ``eos_id``) is ranked by
+
+    * ``ce``: (C,) mean target NLL (nats/token) under ``repeats`` random masks hiding
+      a ``ce_share`` of its own tokens (:func:`candidate_ce`; lower = better);
+    * ``qskew_pii`` / ``qskew_context``: (C,) Q-Skew of target against ``reference``
+      with cyclic masks over the candidate's tokens / the context of a ``span``-token
+      span (:func:`span_eligible`, :func:`candidate_qskew`);
+    * ``combined``: (C,) :func:`rank_candidates` of ``ce`` and ``qskew_pii`` with ``alpha``.
+
+    Returns ``{"candidates": list of token tuples, "ce", "qskew_pii", "qskew_context",
+    "combined"}``, or None when no candidate has 2 tokens. ``generator`` is advanced by
+    the denoising and then by the CE masks, in that order.
+    """
+    from memlab.models.diffusion_lm import denoise
+
+    if record.ndim != 1:
+        raise ValueError(f"parameter 'record': must be one (L,) token sequence (got shape {tuple(record.shape)})")
+    length = record.shape[0]
+    if not 0 <= prefix_len < length or prefix_len + slots > length:
+        raise ValueError(f"parameter 'slots': prefix_len {prefix_len} + slots {slots} must fit the record "
+                         f"length {length}")
+    x = record.clone()
+    mask = torch.zeros(length, dtype=torch.bool)
+    mask[prefix_len:prefix_len + slots] = True
+    x[mask] = eos_id
+    batch = x.expand(candidates, -1).clone()
+    filled = denoise(target, batch, mask.expand_as(batch), steps=steps, temperature=1.0, generator=generator)
+    cands = {}
+    for row in filled:
+        toks = row[prefix_len:prefix_len + slots].tolist()
+        toks = toks[:toks.index(eos_id)] if eos_id in toks else toks
+        if len(toks) >= 2:
+            cands.setdefault(tuple(toks), None)
+    if not cands:
+        return None
+    cand_list = list(cands)
+    seqs = torch.full((len(cand_list), length), eos_id, dtype=torch.long)
+    seqs[:, :prefix_len] = record[:prefix_len]
+    for j, c in enumerate(cand_list):
+        seqs[j, prefix_len:prefix_len + len(c)] = torch.tensor(c)
+    # The CE masks hide a share of the record's own tokens (prefix and candidate), never the padding.
+    lengths = torch.tensor([prefix_len + len(c) for c in cand_list])
+    real = torch.arange(length)[None, :] < lengths[:, None]
+    ce = candidate_ce(target, seqs, repeats=repeats, mask_share=ce_share, generator=generator, eligible=real,
+                      batch_size=batch_size)
+    sk = {}
+    for part in ("pii", "context"):
+        elig = torch.stack([span_eligible(prefix_len, len(c), span, length, part) for c in cand_list])
+        sk[part] = candidate_qskew(target, reference, seqs, elig, rho=rho, rounds=rounds, h=h, seed=prefix_len,
+                                   batch_size=batch_size)
+    return {"candidates": cand_list, "ce": ce, "qskew_pii": sk["pii"], "qskew_context": sk["context"],
+            "combined": rank_candidates(ce, sk["pii"], alpha)}
+
+
+def pii_memorisation(base, target, ids: torch.Tensor, prefix_len: torch.Tensor, pii_len: torch.Tensor,
+                     batch_size: int = 64) -> dict[str, dict[str, float]]:
+    """Mean NLL (nats/token) of the true PII tokens with the whole PII masked, base vs fine-tuned.
+
+    ids: (N, L) encoded records, e-mails first then phones, N/2 of each (the
+    layout of :func:`memlab.data.pii.make_pii_records`); prefix_len, pii_len: (N,)
+    where each record's PII starts and how many tokens it has. The gap says how much
+    of the PII the fine-tuned model has memorised, whether or not denoising then
+    reproduces it exactly. Returns ``{"email" | "phone": {"base NLL", "fine-tuned NLL"}}``.
+    """
+    if ids.ndim != 2 or prefix_len.shape != (ids.shape[0],) or pii_len.shape != (ids.shape[0],):
+        raise ValueError(f"pii_memorisation: ids must be (N, L) and prefix_len, pii_len (N,) "
+                         f"(got {tuple(ids.shape)}, {tuple(prefix_len.shape)}, {tuple(pii_len.shape)})")
+    pos = torch.arange(ids.shape[1])
+    masks = (pos >= prefix_len[:, None]) & (pos < (prefix_len + pii_len)[:, None])
+    nb = masked_nll(base, ids, masks, batch_size=batch_size)
+    nt = masked_nll(target, ids, masks, batch_size=batch_size)
+    half = ids.shape[0] // 2
+    rows = {}
+    for kind, sl in (("email", slice(0, half)), ("phone", slice(half, None))):
+        rows[kind] = {"base NLL": float(torch.nanmean(nb[sl])), "fine-tuned NLL": float(torch.nanmean(nt[sl]))}
+    return rows

@@ -139,3 +139,56 @@ def confidence_attack_asr(member_probs, member_y, nonmember_probs, nonmember_y, 
     ya = np.concatenate([np.ones(n), np.zeros(n)])
     attack = LogisticRegression().fit(xa, ya)
     return float(np.mean(attack.predict(entropy_confidence(forget_probs, forget_y)) == 0))
+
+# ----------------------------------------------------------------------------- outputs at several depths
+
+# The depths :func:`layer_outputs` reads, shallow to deep.
+OUTPUT_DEPTHS = ("layer2", "layer3", "penultimate", "logits", "softmax")
+
+
+@torch.no_grad()
+def layer_outputs(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> dict[str, np.ndarray]:
+    """Outputs of a ResNet ``model`` (eval mode) at every depth of OUTPUT_DEPTHS for images x, one pass.
+
+    x: (N, C, H, W) float tensor. ``model`` needs ``layer2``, ``layer3`` (stages whose outputs are
+    (N, C', H', W')), ``features`` (x -> penultimate (N, d)) and ``fc`` (penultimate -> logits (N, K)),
+    as :func:`memlab.models.resnet.resnet18`. Returns {depth: (N, d) float64 array}: layer2 / layer3:
+    globally average-pooled activations of that stage; penultimate: ``model.features``; logits:
+    ``model.fc`` of it; softmax: probabilities (rows sum to 1).
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() != 4:
+        raise ValueError(f"parameter 'x': must be an (N, C, H, W) tensor (got shape {tuple(getattr(x, 'shape', ()))})")
+    missing = [a for a in ("layer2", "layer3", "features", "fc") if not hasattr(model, a)]
+    if missing:
+        raise ValueError(f"parameter 'model': needs attributes layer2, layer3, features and fc (lacks {missing})")
+    model.eval()
+    dev = next(model.parameters()).device
+    grabbed: dict[str, list[torch.Tensor]] = {"layer2": [], "layer3": []}
+    def grab(name):
+        def hook(_m, _i, out):
+            grabbed[name].append(F.adaptive_avg_pool2d(out, 1).flatten(1).float().cpu())
+        return hook
+
+    hooks = [getattr(model, name).register_forward_hook(grab(name)) for name in grabbed]
+    pen, logits = [], []
+    try:
+        for i in range(0, len(x), batch_size):
+            f = model.features(x[i:i + batch_size].to(dev))
+            pen.append(f.float().cpu())
+            logits.append(model.fc(f).float().cpu())
+    finally:
+        for h in hooks:
+            h.remove()
+    lg = torch.cat(logits)
+    out = {"layer2": torch.cat(grabbed["layer2"]), "layer3": torch.cat(grabbed["layer3"]),
+           "penultimate": torch.cat(pen), "logits": lg, "softmax": lg.softmax(1)}
+    return {k: v.double().numpy() for k, v in out.items()}
+
+
+def accuracy_pct(logits: np.ndarray, y: np.ndarray) -> float:
+    """Top-1 accuracy (%) of logits (N, K) against labels (N,) int."""
+    logits, y = np.asarray(logits), np.asarray(y)
+    if logits.ndim != 2 or y.shape != (len(logits),) or len(y) == 0:
+        raise ValueError(f"parameter 'logits': must be (N, K) with labels (N,), N >= 1 "
+                         f"(got {logits.shape} and {y.shape})")
+    return 100 * float((logits.argmax(1) == y).mean())

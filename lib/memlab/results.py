@@ -267,11 +267,16 @@ def _where_results_go(chapter: str) -> str:
 
 
 def provenance_markdown(cfg: Config) -> str:
-    """A MyST admonition naming the profile, the parameters and the code version."""
+    """A collapsed MyST admonition: one title line (profile, seed, commit, machine), the parameters inside."""
     p = provenance(cfg.profile, 0.0)
     params = ", ".join(f"`{k}={v}`" for k, v in cfg.items())
+    seed = f" · seed {cfg['seed']}" if "seed" in cfg else ""
+    commit = p["git_commit"]
+    short = commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+    title = (f"Provenance: profile {cfg.profile}{seed} · commit {short} · {p['device']}, "
+             f"{p['cpu_threads']} thread{'s' if p['cpu_threads'] != 1 else ''}")
     return (
-        f":::{{admonition}} Provenance: profile `{cfg.profile}`\n:class: note\n\n"
+        f":::{{admonition}} {title}\n:class: note dropdown\n\n"
         f"Produced at the **{cfg.profile}** profile with {params}.  \n"
         f"Code: commit `{p['git_commit']}`, memlab {p['memlab_version']}, torch {p['torch']}, "
         f"transformers {p['transformers']}; device {p['device']}; run on {p['date']}.  \n"

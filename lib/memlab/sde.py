@@ -203,7 +203,10 @@ def split_half_kernels(features: np.ndarray, seed: int = 0, sigma: float | None 
 
 
 def split_half_shuffle_mean(features: np.ndarray, seed: int = 0, sigma: float | None = None) -> float:
-    """Exact expectation over re-orderings of :func:`split_half_dependence`'s values (same split)."""
+    """Exact expectation over re-orderings of :func:`split_half_dependence`'s values (same split).
+
+    features: (n, d) array of one subset's outputs; returns a float (HSIC units, as the values).
+    """
     return shuffle_mean(*split_half_kernels(features, seed, sigma))
 
 

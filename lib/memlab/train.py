@@ -143,3 +143,27 @@ def accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int
         return float("nan")
     pred = predict_logits(model, x, batch_size).argmax(1)
     return float((pred == y.cpu()).float().mean())
+
+
+def optimizer_step(loss: torch.Tensor, opt: torch.optim.Optimizer, sched=None, params=None,
+                   max_grad_norm: float | None = 1.0, clip: Callable | None = None) -> None:
+    """One optimiser step on a scalar ``loss``: zero the gradients, backpropagate, clip, step, schedule.
+
+    loss: a 0-dim tensor (e.g. a mean cross-entropy in nats). ``params``: the tensors whose
+    gradient norm is clipped to ``max_grad_norm`` by ``clip(params, max_grad_norm)``
+    (default :func:`torch.nn.utils.clip_grad_norm_`; ``max_grad_norm=None`` skips clipping).
+    ``sched`` (an LR scheduler) is stepped after the optimiser when given. The language-model
+    trainers of chapters 4 and 5 (:mod:`memlab.models.diffusion_lm`, :mod:`memlab.models.gpt2_small`,
+    :mod:`memlab.models.gpt2_stacked`) share this step.
+    """
+    if loss.ndim != 0:
+        raise ValueError(f"parameter 'loss': must be a scalar tensor (got shape {tuple(loss.shape)})")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if max_grad_norm is not None:
+        if params is None:
+            raise ValueError("parameter 'params': needed to clip gradients (or pass max_grad_norm=None)")
+        (clip or torch.nn.utils.clip_grad_norm_)(params, max_grad_norm)
+    opt.step()
+    if sched is not None:
+        sched.step()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -175,6 +176,62 @@ def wikitext_articles(text: str) -> list[str]:
     return [a for a in articles if a]
 
 
+
+def _body_lines(text: str):
+    """The stripped lines of WikiText text that carry prose: no blank lines, no ``= Heading =`` lines."""
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("="):
+            yield line
+
+
+def wikitext_paragraphs(text: str, min_words: int = 5, min_sentences: int = 2) -> list[list[str]]:
+    """Paragraphs of (tokenised) WikiText as lists of sentences, split at `` . ``.
+
+    One paragraph per prose line (:func:`_body_lines`); each sentence keeps the
+    tokenised spacing and gets `` .`` appended (a line's last sentence, which kept its own
+    `` .``, ends in `` . .``); sentences of fewer than ``min_words`` words are dropped, and
+    paragraphs with fewer than ``min_sentences`` sentences left.
+    Returns a list (paragraphs) of lists (sentences) of str.
+    """
+    if min_words < 0 or min_sentences < 1:
+        raise ValueError(f"wikitext_paragraphs: need min_words >= 0 and min_sentences >= 1 "
+                         f"(got {min_words}, {min_sentences})")
+    paras = []
+    for line in _body_lines(text):
+        sents = [s.strip() + " ." for s in line.split(" . ") if len(s.split()) >= min_words]
+        if len(sents) >= min_sentences:
+            paras.append(sents)
+    return paras
+
+
+def wikitext_sentences(text: str, n: int, seed: int = 0, min_words: int = 8, max_words: int = 24) -> list[str]:
+    """``n`` clean sentences (a list of str) from WikiText: de-tokenised spacing, no ``<unk>``, no headings.
+
+    Sentences of ``min_words`` to ``max_words`` words that start upper-case, end in
+    ``.`` and hold no ``<unk>`` or ``"``, shuffled with ``numpy.random.default_rng(seed)``;
+    the first ``n`` (fewer if the text has fewer).
+    """
+    import numpy as np
+
+    if n < 0:
+        raise ValueError(f"wikitext_sentences: n must be >= 0 (got {n})")
+    if min_words > max_words:
+        raise ValueError(f"wikitext_sentences: min_words must be <= max_words (got {min_words} > {max_words})")
+    out = []
+    for line in _body_lines(text):
+        line = line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
+        line = re.sub(r" ([.,;:!?')])", r"\1", line).replace("( ", "(").replace(" 's", "'s")
+        for sent in re.split(r"(?<=[.!?]) ", line):
+            words = sent.split()
+            if "<unk>" in sent or '"' in sent or not min_words <= len(words) <= max_words:
+                continue
+            if sent[0].isupper() and sent.endswith("."):
+                out.append(sent)
+    rng = np.random.default_rng(seed)
+    rng.shuffle(out)
+    return out[:n]
+
 def _report_damaged(path: Path, err: BaseException) -> None:
     """Warn once that a cached file is unreadable and remove it, so it is rebuilt."""
     from memlab import notices
@@ -240,3 +297,71 @@ def train_bpe(
         tmp.unlink(missing_ok=True)
         raise
     return tok
+
+
+# ----------------------------------------------------------------------------- token blocks and pairs (chapter 4)
+
+INSTRUCTION_PROMPT = "Instruction : continue the article . Input : {x} Response :"
+
+
+def stream_blocks(ids: list[int], length: int) -> "torch.Tensor":
+    """Cut a token stream (a list of N int ids) into consecutive (N // length, length) int64 blocks.
+
+    The tail that does not fill a block is dropped.
+    """
+    import torch
+
+    if length < 1:
+        raise ValueError(f"stream_blocks: length must be >= 1 (got {length})")
+    n = len(ids) // length
+    return torch.tensor(ids[: n * length], dtype=torch.long).view(n, length)
+
+
+def instruction_pairs(text: str, codec, length: int, prompt: str = INSTRUCTION_PROMPT):
+    """Variable-length prompt/response pairs from consecutive sentences of one WikiText paragraph.
+
+    Prompt = ``prompt`` around sentence i (at most length/2 tokens, cut from the
+    left), response = sentence i+1 (cut to fit; pairs with fewer than 4 response tokens
+    are dropped); sentences from :func:`wikitext_paragraphs`. ``codec`` needs
+    ``encode_many(list[str]) -> list[list[int]]`` and ``pad_id``. Returns ids (N, length)
+    int64 padded with ``pad_id``, eligible (N, length) bool True on response tokens,
+    attention (N, length) bool True on prompt and response.
+    """
+    import torch
+
+    if length < 2:
+        raise ValueError(f"instruction_pairs: length must be >= 2 (got {length})")
+    rows, elig, attn = [], [], []
+    pairs = [(a, b) for sents in wikitext_paragraphs(text) for a, b in zip(sents[:-1], sents[1:])]
+    prompts = codec.encode_many([prompt.format(x=a) for a, _ in pairs])
+    responses = codec.encode_many([" " + b for _, b in pairs])
+    for p, r in zip(prompts, responses):
+        p = p[-(length // 2):]
+        r = r[: length - len(p)]
+        if len(r) < 4:
+            continue
+        ids = p + r + [codec.pad_id] * (length - len(p) - len(r))
+        rows.append(ids)
+        e = [False] * len(p) + [True] * len(r) + [False] * (length - len(p) - len(r))
+        elig.append(e)
+        attn.append([True] * (len(p) + len(r)) + [False] * (length - len(p) - len(r)))
+    return torch.tensor(rows), torch.tensor(elig), torch.tensor(attn)
+
+
+def perturb(ids, eligible, frac: float, vocab: int, specials, seed: int):
+    """Replace a ``frac`` share (a probability per token) of eligible tokens by random non-special ids.
+
+    ids: (N, L) int64; eligible: (N, L) bool; random ids are drawn in [0, vocab) and a
+    special id is moved to the next id. Deterministic in ``seed`` (its own generator).
+    Returns the (N, L) perturbed ids (Table 4's para-modification data).
+    """
+    import torch
+
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"perturb: frac must be a fraction in [0, 1] (got {frac})")
+    g = torch.Generator().manual_seed(seed)
+    hit = (torch.rand(ids.shape, generator=g) < frac) & eligible
+    rnd = torch.randint(0, vocab, ids.shape, generator=g)
+    for s in specials:
+        rnd = torch.where(rnd == s, (rnd + 1) % vocab, rnd)
+    return torch.where(hit, rnd, ids)

@@ -370,3 +370,25 @@ def load_cifar(
         keep = per_class_subset(labels, n_per_class, seed)
         images, labels = images[keep], labels[keep]
     return normalise(images, dataset), torch.from_numpy(labels.copy())
+
+
+def patch_shuffle(x: torch.Tensor, patch: int = 8, seed: int = 0) -> torch.Tensor:
+    """Images (N, C, H, W) with their patch x patch tiles randomly permuted, per image.
+
+    Returns a new (N, C, H, W) tensor holding the same tiles in another order (one
+    permutation per image, drawn from a generator seeded with ``seed``). Keeps every pixel
+    value and local texture of natural images but destroys the object layout: chapter 1's
+    offline stand-in for CIFAR-100 pixels as an out-of-distribution source. Raises
+    ValueError if ``x`` is not 4-D or ``patch`` does not divide H and W.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"patch_shuffle: images must be (N, C, H, W) (got shape {tuple(x.shape)})")
+    n, c, h, w = x.shape
+    if patch < 1 or h % patch or w % patch:
+        raise ValueError(f"parameter 'patch': must divide the image size {h}x{w} (got {patch})")
+    gh, gw = h // patch, w // patch
+    tiles = x.reshape(n, c, gh, patch, gw, patch).permute(0, 2, 4, 1, 3, 5).reshape(n, gh * gw, c, patch, patch)
+    g = torch.Generator().manual_seed(seed)
+    order = torch.stack([torch.randperm(gh * gw, generator=g) for _ in range(n)])
+    tiles = tiles[torch.arange(n)[:, None], order]
+    return tiles.reshape(n, gh, gw, c, patch, patch).permute(0, 3, 1, 4, 2, 5).reshape(n, c, h, w).contiguous()

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from memlab.config import autocast
 from memlab.progress import progress
+from memlab.train import optimizer_step
 
 # Mask-token ids and logit conventions of the paper's models. Dream is adapted
 # from an autoregressive model, so its logit at position i predicts token i+1;
@@ -267,11 +268,7 @@ def train_dlm(model: nn.Module, ids: torch.Tensor, *, epochs: int, batch_size: i
             sel = lambda t: None if t is None else t[idx].to(dev)  # noqa: E731
             with autocast(dev):
                 loss = llada_loss(model, sel(ids), sel(eligible), sel(attention_mask), mask_ratio, g)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer_step(loss, opt, sched, model.parameters(), 1.0)
             step += 1
             bar.update(1)
         if on_epoch_end is not None and steps is None:
@@ -416,3 +413,143 @@ def denoise(model: nn.Module, ids: torch.Tensor, masks: torch.Tensor, *, steps: 
         x = torch.where(reveal, pred, x)
         still = still & ~reveal
     return x.cpu()
+
+
+# ----------------------------------------------------------------------------- tokenizers and checkpoints
+
+@dataclass
+class Codec:
+    """Text <-> token ids (``list[int]``) for one backbone, with the special ids a DLM needs.
+
+    ``encode(str) -> list[int]``, ``decode(list[int]) -> str``; ``encode_batch`` (optional)
+    encodes a list of texts at once, as :meth:`encode_many` does either way.
+    """
+
+    encode: Callable[[str], list[int]]
+    decode: Callable[[list[int]], str]
+    vocab_size: int
+    mask_id: int
+    pad_id: int
+    eos_id: int
+    encode_batch: Callable[[list[str]], list[list[int]]] | None = None
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        if self.encode_batch is not None:
+            return self.encode_batch(texts)
+        return [self.encode(t) for t in texts]
+
+
+def bpe_codec(texts: list[str], vocab_size: int, name: str = "bpe") -> Codec:
+    """A byte-level BPE :class:`Codec` of ``vocab_size`` ids trained on ``texts`` (cached by content).
+
+    The specials ``<mask>``, ``<pad>``, ``<eos>`` take the first ids
+    (:func:`memlab.data.text.train_bpe`); returns the codec (int ids).
+    """
+    from memlab.data.text import train_bpe
+
+    tok = train_bpe(texts, vocab_size, special_tokens=("<mask>", "<pad>", "<eos>"), name=name)
+    return Codec(lambda s: tok.encode(s).ids, lambda ids: tok.decode(list(ids)), tok.get_vocab_size(),
+                 tok.token_to_id("<mask>"), tok.token_to_id("<pad>"), tok.token_to_id("<eos>"),
+                 lambda texts: [e.ids for e in tok.encode_batch(texts)])
+
+
+def hf_codec(name_or_path: str, mask_id: int, trust_remote_code: bool = False) -> Codec:
+    """The :class:`Codec` of a ``transformers`` checkpoint's tokenizer (no special tokens added; int ids).
+
+    ``mask_id``: the family's mask id (:data:`FAMILIES`); pad falls back to eos, eos to sep.
+    The revision is pinned and remote code runs only by name (:mod:`memlab.models.hub`).
+    """
+    from transformers import AutoTokenizer
+
+    from memlab.models import hub
+
+    src, kwargs = hub.pretrained_kwargs(name_or_path, "base_model", trust_remote_code)
+    tok = AutoTokenizer.from_pretrained(src, **kwargs)  # pinned revision, remote code only by name
+    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    return Codec(lambda s: tok.encode(s, add_special_tokens=False), lambda ids: tok.decode(list(ids)),
+                 len(tok), mask_id, pad, eos, lambda texts: tok(texts, add_special_tokens=False)["input_ids"])
+
+
+class RecordTokenizer:
+    """Adapter giving a :class:`Codec` the ``encode(text).ids`` shape (a list of int ids) that
+    :func:`memlab.data.pii.encode_records` expects."""
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+
+    def encode(self, text: str):
+        return type("Enc", (), {"ids": self.codec.encode(text)})()
+
+
+def auto_class(name_or_path: str, trust_remote_code: bool = False) -> str:
+    """The ``transformers`` Auto class name for a checkpoint: ``"AutoModelForMaskedLM"`` or
+    ``"AutoModelForCausalLM"`` by its config's architectures, else ``"AutoModel"`` (LLaDA/Dream:
+    their remote code registers it). Returns a str for :func:`load_pretrained`."""
+    from transformers import AutoConfig
+
+    from memlab.models import hub
+
+    src, kwargs = hub.pretrained_kwargs(name_or_path, "base_model", trust_remote_code)
+    conf = AutoConfig.from_pretrained(src, **kwargs)
+    archs = conf.architectures or []
+    if any("MaskedLM" in a for a in archs):
+        return "AutoModelForMaskedLM"
+    if any("CausalLM" in a for a in archs):
+        return "AutoModelForCausalLM"
+    return "AutoModel"
+
+
+def with_lora(model: nn.Module, rank: int) -> nn.Module:
+    """Wrap an :class:`HFDiffusionLM` backbone in a LoRA adapter (peft) of ``rank`` (int), in place.
+
+    ``rank <= 0`` or a non-HF model: returned unchanged. All linear layers get
+    adapters (``lora_alpha = 2 * rank``), so 7-8B fine-tuning fits one GPU.
+    """
+    if rank <= 0 or not isinstance(model, HFDiffusionLM):
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    model.hf = get_peft_model(model.hf, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+    return model
+
+
+def train_snapshots(start: nn.Module, ids: torch.Tensor, *, keep, epochs: int, batch_size: int, lr: float,
+                    seed: int, lora_rank: int = 0, eligible: torch.Tensor | None = None,
+                    attention_mask: torch.Tensor | None = None, mask_ratio: float | None = None,
+                    desc: str = "fine-tune") -> dict[str, torch.Tensor]:
+    """Fine-tune a copy of ``start`` with :func:`train_dlm` and keep its state at the epochs in ``keep``.
+
+    ids / eligible / attention_mask: (N, L) training set; ``lora_rank > 0`` trains a
+    LoRA adapter (:func:`with_lora`) and keeps only the adapter tensors, which keeps
+    8B snapshots small. Returns ``{"<epoch>/<parameter name>": tensor (on CPU)}``, the
+    form :func:`load_snapshot` reads (and ``memlab.cache`` stores).
+    """
+    import copy
+
+    model = with_lora(copy.deepcopy(start), lora_rank)
+    states = {}
+
+    def snap(epoch, m):
+        if epoch in keep:
+            for name, t in m.state_dict().items():
+                if lora_rank <= 0 or "lora_" in name:
+                    states[f"{epoch}/{name}"] = t.detach().cpu().clone()
+
+    train_dlm(model, ids, eligible=eligible, attention_mask=attention_mask, epochs=epochs, batch_size=batch_size,
+              lr=lr, mask_ratio=mask_ratio, seed=seed, desc=desc, on_epoch_end=snap)
+    return states
+
+
+def load_snapshot(start: nn.Module, states: dict[str, torch.Tensor], epoch: int, lora_rank: int = 0) -> nn.Module:
+    """The model ``start`` with the epoch-``epoch`` snapshot of :func:`train_snapshots` loaded, in eval mode.
+
+    states: ``{"<epoch>/<name>": tensor}``; with ``lora_rank > 0`` a fresh LoRA wrapper of
+    a copy of ``start`` takes the adapter tensors (non-strict load). Returns a new module.
+    """
+    import copy
+
+    m = with_lora(copy.deepcopy(start), lora_rank)
+    m.load_state_dict({k.split("/", 1)[1]: v for k, v in states.items() if k.startswith(f"{epoch}/")},
+                      strict=lora_rank <= 0)
+    return m.eval()

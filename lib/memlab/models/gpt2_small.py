@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from memlab.config import ConfigError
 from memlab.progress import progress
+from memlab.train import optimizer_step
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 PRECISIONS = ("fp32", "bf16")
@@ -153,12 +154,7 @@ def train_until_plateau(
         order = torch.randperm(len(data), generator=gen).to(dev)
         for start in range(0, len(data), batch_size):
             batch = data[order[start:start + batch_size]]
-            loss = lm_loss(model, batch, vocab_size)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
+            optimizer_step(lm_loss(model, batch, vocab_size), opt, sched, model.parameters(), 1.0)
             step += 1
             history["tokens"] += batch.numel()
             bar.update(1)

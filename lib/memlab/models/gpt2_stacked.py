@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from memlab.progress import progress
+from memlab.train import optimizer_step
 
 LN2 = math.log(2.0)
 _EPS = 1e-5  # GPT2Config.layer_norm_epsilon
@@ -237,12 +238,7 @@ def train_stacked(
         logp = token_log_probs(params, batch, vocab_size, n_head)
         nll = -logp.gather(-1, batch[..., None]).squeeze(-1)  # (G, B, S)
         loss = nll.mean(dim=(1, 2)).sum()  # each model's own mean: gradients stay per model
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm is not None:
-            _clip_per_model(tensors, max_grad_norm)
-        opt.step()
-        sched.step()
+        optimizer_step(loss, opt, sched, tensors, max_grad_norm, clip=_clip_per_model)
         hist["tokens"] += batch[0].numel()
         record(step)
     unstack_into(params, models)
@@ -289,13 +285,7 @@ def train_one(
     tokens = 0
     for _ in progress(range(steps), desc=desc):
         batch = data[stream.next().to(dev)]
-        loss = lm_loss(model, batch, vocab_size)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(tensors, max_grad_norm)
-        opt.step()
-        sched.step()
+        optimizer_step(lm_loss(model, batch, vocab_size), opt, sched, tensors, max_grad_norm)
         tokens += batch.numel()
     model.eval()
     return {"tokens": tokens}

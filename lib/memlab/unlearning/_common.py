@@ -1,4 +1,4 @@
-"""Pieces the chapter-1 unlearning methods share: hyperparameters, batches, BN mode, losses.
+"""Pieces the chapter-1 unlearning methods share: hyperparameters, batches, BN mode, losses, the step loop.
 
 Every method has the signature ``fn(model, splits, cfg) -> nn.Module``. It
 returns a new model and leaves ``model`` untouched. ``splits`` holds the
@@ -10,7 +10,7 @@ hyperparameters, whose allowed keys and defaults each module documents in its
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +79,31 @@ def take(x: torch.Tensor, idx: torch.Tensor, dev: torch.device) -> torch.Tensor:
     return x[idx].to(dev, non_blocking=True)
 
 
+def optimise_steps(net: nn.Module, batches: Iterator[torch.Tensor], opt: torch.optim.Optimizer, steps: int,
+                   loss_fn: Callable[[int, torch.Tensor], torch.Tensor], *, desc: str, bn_mode: str = "train",
+                   edit_grads: Callable[[], None] | None = None,
+                   on_step: Callable[[int, nn.Module], None] | None = None) -> nn.Module:
+    """The unlearning loop the methods share: ``steps`` steps of ``opt`` on ``loss_fn(step, idx)``.
+
+    ``batches`` yields (B,) index tensors (see :func:`index_stream`); ``loss_fn(step, idx)`` returns
+    the scalar loss tensor of step ``step`` (0-based) on the examples ``idx``. Each step clears the
+    gradients, back-propagates, calls ``edit_grads()`` if given (e.g. to project the gradients), then
+    steps the optimiser and calls ``on_step(step + 1, net)`` if given (1-based). BN runs in
+    ``bn_mode`` (see :func:`set_bn_mode`); ``net`` is updated in place and returned in eval mode.
+    """
+    set_bn_mode(net, bn_mode)
+    for step in progress(range(steps), desc=desc):
+        loss = loss_fn(step, next(batches))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if edit_grads is not None:
+            edit_grads()
+        opt.step()
+        if on_step is not None:
+            on_step(step + 1, net)
+    return net.eval()
+
+
 def ce_steps(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: Iterator[torch.Tensor],
              opt: torch.optim.Optimizer, steps: int, *, desc: str, ascent: bool = False,
              on_step=None, bn_mode: str = "train") -> nn.Module:
@@ -91,18 +116,12 @@ def ce_steps(net: nn.Module, x: torch.Tensor, y: torch.Tensor, batches: Iterator
     ``on_step(step, net)``, if given, is called after every step (1-based).
     """
     dev = device_of(net)
-    set_bn_mode(net, bn_mode)
-    for step in progress(range(1, steps + 1), desc=desc):
-        idx = next(batches)
+
+    def loss_fn(_step: int, idx: torch.Tensor) -> torch.Tensor:
         loss = F.cross_entropy(net(take(x, idx, dev)), take(y, idx, dev))
-        if ascent:
-            loss = -loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if on_step is not None:
-            on_step(step, net)
-    return net.eval()
+        return -loss if ascent else loss
+
+    return optimise_steps(net, batches, opt, steps, loss_fn, desc=desc, bn_mode=bn_mode, on_step=on_step)
 
 
 class UnlearningDiverged(RuntimeError):

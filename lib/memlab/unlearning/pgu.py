@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, take
+from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, optimise_steps, take
 from memlab.unlearning.registry import register
 
 DEFAULTS = {
@@ -100,16 +99,16 @@ def pgu(model: nn.Module, splits, cfg=None) -> nn.Module:
     weights = [m.weight.requires_grad_(True) for m in layers.values()]
     opt = torch.optim.SGD(weights, lr=hp["lr"], momentum=hp["momentum"])
     batches = index_stream(len(splits.forget_x), hp["batch_size"], g)
-    net.eval()
-    for _ in progress(range(hp["steps"]), desc="PGU"):
-        idx = next(batches)
-        loss = -F.cross_entropy(net(take(splits.forget_x, idx, dev)), take(splits.forget_y, idx, dev))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+
+    def loss_fn(_step: int, idx: torch.Tensor) -> torch.Tensor:
+        return -F.cross_entropy(net(take(splits.forget_x, idx, dev)), take(splits.forget_y, idx, dev))
+
+    def project() -> None:
         for n, m in layers.items():
             grad = m.weight.grad
             m.weight.grad = (grad.flatten(1) @ proj[n]).view_as(grad)
-        opt.step()
+
+    optimise_steps(net, batches, opt, hp["steps"], loss_fn, desc="PGU", bn_mode="eval", edit_grads=project)
     for p in net.parameters():
         p.requires_grad_(True)
     return net.eval()

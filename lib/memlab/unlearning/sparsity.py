@@ -11,8 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.progress import progress
-from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, set_bn_mode, sgd, take
+from memlab.unlearning._common import device_of, fresh_copy, hparams, index_stream, optimise_steps, sgd, take
 from memlab.unlearning.registry import register
 
 DEFAULTS = {
@@ -45,13 +44,9 @@ def sparsity(model: nn.Module, splits, cfg=None) -> nn.Module:
     g = torch.Generator().manual_seed(hp["seed"])
     batches = index_stream(len(splits.retain_x), hp["batch_size"], g)
     opt = sgd(net, hp["lr"], hp["momentum"], hp["weight_decay"])
-    set_bn_mode(net, "train")
-    for step in progress(range(hp["steps"]), desc="Sparsity"):
-        idx = next(batches)
-        logits = net(take(splits.retain_x, idx, dev))
-        loss = F.cross_entropy(logits, take(splits.retain_y, idx, dev))
-        loss = loss + l1_coefficient(hp["alpha"], step, hp["steps"]) * l1_norm(net)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-    return net.eval()
+
+    def loss_fn(step: int, idx: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(net(take(splits.retain_x, idx, dev)), take(splits.retain_y, idx, dev))
+        return loss + l1_coefficient(hp["alpha"], step, hp["steps"]) * l1_norm(net)
+
+    return optimise_steps(net, batches, opt, hp["steps"], loss_fn, desc="Sparsity", bn_mode="train")

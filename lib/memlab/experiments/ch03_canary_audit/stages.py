@@ -1,4 +1,4 @@
-"""Chapter 3: auditing reasoning-trace memorisation after unlearning.
+"""Chapter 3's stages: data, cached models and probes, from a resolved config to plain results.
 
 Pipeline (one code path for every profile):
 
@@ -10,138 +10,32 @@ Pipeline (one code path for every profile):
    one trace template (BIO, META or NONE); cached by its settings.
 3. :func:`unlearn_sweep` — NPO with the forgetting loss masked to the answer
    span (or Gradient Ascent), evaluated with :func:`evaluate_arms` at every K.
-4. :func:`evaluate_arms` — the probes of :mod:`memlab.canaries` at fixed weights.
+4. :func:`evaluate_arms` — the probes of :mod:`memlab.canaries` at fixed weights;
+   :func:`summarise` turns their per-probe results into means and intervals;
+   :func:`run_sweep` chains 2-4.
 
 Only the LoRA weights train after pre-training, so NPO's reference
 log-probabilities come from the memorised adapter, computed once before
-unlearning; no second copy of the model is held.
+unlearning; no second copy of the model is held. Returns are dicts, lists and
+tensors; tables and figures are built elsewhere (``tables.py``, the notebook).
 """
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
-from memlab import cache, canaries, lm, paper
-from memlab.config import SEED_HIGH, ConfigError, Param, device, path_kind, seed_everything
+from memlab import cache, canaries, lm
+from memlab.config import device, seed_everything
 from memlab.data import authors as A
 from memlab.unlearning import npo
 
-CHAPTER = "03_canary_audit"
-SMALL = "small"
-PAPER_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
-DRIFT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
-SUPPRESS = "suppress"
-#: version of the cached LoRA recipe; 3: trained to the K = 0 ceiling, entries record their training time
-CODE_VERSION = "3"
+from .spec import CHAPTER, CODE_VERSION, SMALL, SUPPRESS
+
 #: key of the cached adapter's training seconds (a 0-d tensor beside the LoRA weights; not a weight)
 TRAIN_SECONDS = "_memlab.train_seconds"
-
-SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the authors, tokenizer and pre-training"),
-    "seeds": Param(list, [0, 1], item=int, low=0, high=SEED_HIGH,
-                   doc="memorisation + unlearning seeds of the BIO K-sweep"),
-    "model": Param(str, {"smoke": SMALL, "cpu": SMALL, "paper": PAPER_MODEL},
-                   doc="'small' (pre-trained here) or a transformers model name/folder"),
-    "drift_model": Param(str, {"smoke": SUPPRESS, "cpu": SUPPRESS, "paper": DRIFT_MODEL},
-                         doc="outputs for the parser-convention section: 'suppress' decodes the main model "
-                             "with its closing tag banned; otherwise a second model name run at the largest K"),
-    "allow_download": Param(bool, False, doc="let from_pretrained reach the hub"),
-    "n_authors": Param(int, {"smoke": 8, "cpu": 30, "paper": 60}, low=2, high=A.MAX_AUTHORS),
-    "head_len": Param(int, 6, low=1, doc="canary tokens given in the probe"),
-    # caps: a small model pre-trained here on CPU (the paper's models come by name)
-    "vocab_size": Param(int, {"smoke": 1024, "cpu": 2048, "paper": 2048}, low=300, high=65536),
-    "hidden": Param(int, {"smoke": 64, "cpu": 128, "paper": 256}, low=16, high=4096),
-    "layers": Param(int, {"smoke": 1, "cpu": 2, "paper": 4}, low=1, high=48),
-    "pretrain_steps": Param(int, {"smoke": 20, "cpu": 400, "paper": 2000}, low=1),
-    "pretrain_lr": Param(float, 3e-3, low=1e-6, high=1.0),
-    "n_sentences": Param(int, {"smoke": 100, "cpu": 1500, "paper": 4000}, low=10,
-                         doc="WikiText-2 sentences in the pre-training and retain sets"),
-    "templates": Param(list, ["BIO", "META", "NONE"], item=str, choices=A.TEMPLATES),
-    "prefills": Param(list, list(A.PREFILLS), item=str, choices=A.PREFILLS),
-    "lora_rank": Param(int, {"smoke": 4, "cpu": 32, "paper": 32}, low=1),
-    # cpu: chosen by the K = 0 memorisation alone (375 steps left 4 of 30 authors unmemorised,
-    # out acc 0.87; 750 give out acc, thk leak, QA and retain all 1.00 as in the paper)
-    "lora_steps": Param(int, {"smoke": 20, "cpu": 750, "paper": 600}, low=1,
-                        doc="LoRA memorisation steps (enough that K = 0 is at ceiling)"),
-    "lora_lr": Param(float, {"smoke": 5e-3, "cpu": 5e-3, "paper": 2e-4}, low=1e-7, high=1.0),
-    # cpu: dense where out acc falls (a pilot of seed 0 with 750 LoRA steps: out acc 1.00 up to K = 20,
-    # 0.90 at 30, 0.53 at 40, 0.23 at 50, 0.00 at 75), chosen from out acc alone, not from any verdict
-    "unlearn_steps": Param(list, {"smoke": [1, 3], "cpu": [10, 20, 25, 30, 35, 40, 45, 50, 60, 75, 100],
-                                  "paper": [100, 400, 800, 1600]},
-                           item=int, low=1, doc="the K sweep: evaluation points of one unlearning run"),
-    "side_steps": Param(list, {"smoke": [3], "cpu": [25, 50, 100], "paper": [100, 400, 800, 1600]},
-                        item=int, low=1, doc="coarser K grid of the template, GA and retain-variant sweeps "
-                                             "(those in unlearn_steps, plus the audited and the largest K)"),
-    "unlearn_lr": Param(float, {"smoke": 3e-5, "cpu": 3e-5, "paper": 1e-5}, low=1e-8, high=1.0),
-    "beta": Param(float, 0.1, low=1e-4, high=100.0, doc="NPO inverse temperature"),
-    "retain_weight": Param(float, 0.0, low=0.0, high=100.0,
-                           doc="retain NLL weight added to NPO; 0 is the paper's NPO (it has none)"),
-    "variant_retain_weight": Param(float, 1.0, low=0.0, high=100.0,
-                                   doc="retain weight of the retain-regularised NPO variant (first seed); "
-                                       "0 skips the variant"),
-    "batch_size": Param(int, {"smoke": 4, "cpu": 16, "paper": 8}, low=1),
-    "run_ga": Param(bool, True, doc="run the Gradient Ascent comparison"),
-    "n_boot": Param(int, {"smoke": 200, "cpu": 10000, "paper": 10000}, low=10),
-    "cpu_threads": Param(int, {"smoke": 1, "cpu": 1, "paper": 0}, low=0,
-                         doc="torch CPU threads (0: leave torch's default); tiny models decode fastest on one"),
-}
-
-
-def _check_sweep(cfg) -> None:
-    for name in ("unlearn_steps", "side_steps"):
-        steps = cfg[name]
-        if sorted(set(steps)) != list(steps):
-            raise ConfigError(f"parameter {name!r}: must be strictly increasing integers >= 1 "
-                              f"(got {steps!r})")
-
-
-def _check_head(cfg) -> None:
-    # Every BPE token covers at most one word here, so a head at least as long
-    # as the shortest canary's word count may swallow the whole canary.
-    shortest = min(len(a.canary.split()) for a in A.make_authors(cfg.n_authors, cfg.seed))
-    if cfg.head_len >= shortest:
-        raise ConfigError(f"parameter 'head_len': must be shorter than the canary (shortest has {shortest} "
-                          f"words; got {cfg.head_len})")
-
-
-def _check_models(cfg) -> None:
-    for param in ("model", "drift_model"):
-        name = cfg[param]
-        if (param, name) in (("model", SUPPRESS), ("drift_model", SMALL)):
-            raise ConfigError(f"parameter {param!r}: {name!r} is not allowed here (model: 'small' or a model "
-                              "name; drift_model: 'suppress' or a model name)")
-        from memlab.data.download import allow_download  # memlab run --allow-download
-
-        if name in (SMALL, SUPPRESS) or cfg.allow_download or allow_download():
-            continue
-        if not _offline_available(name):
-            raise ConfigError(f"parameter {param!r}: {name!r} is neither 'small' nor a local folder nor in the "
-                              "Hugging Face cache; download it first or pass --allow-download")
-
-
-def _check_templates(cfg) -> None:
-    if "BIO" not in cfg.templates:
-        raise ConfigError(f"parameter 'templates': must include 'BIO' (the audited template); got {cfg.templates}")
-
-
-CHECKS = [_check_sweep, _check_head, _check_models, _check_templates]
-
-
-def _offline_available(name: str) -> bool:
-    if path_kind(name) == "folder":
-        return True
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
-    except Exception:  # malformed repo id
-        return False
-
 
 # ----------------------------------------------------------------------------- data
 
@@ -176,26 +70,6 @@ class Setup:
     @property
     def close_id(self) -> int:
         return self.fmt.close_id
-
-
-def wikitext_sentences(text: str, n: int, seed: int = 0, min_words: int = 8, max_words: int = 24) -> list[str]:
-    """``n`` clean sentences from WikiText-2 (de-tokenised spacing, no ``<unk>``, no headings)."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("="):
-            continue
-        line = line.replace(" @-@ ", "-").replace(" @,@ ", ",").replace(" @.@ ", ".")
-        line = re.sub(r" ([.,;:!?')])", r"\1", line).replace("( ", "(").replace(" 's", "'s")
-        for sent in re.split(r"(?<=[.!?]) ", line):
-            words = sent.split()
-            if "<unk>" in sent or '"' in sent or not min_words <= len(words) <= max_words:
-                continue
-            if sent[0].isupper() and sent.endswith("."):
-                out.append(sent)
-    rng = np.random.default_rng(seed)
-    rng.shuffle(out)
-    return out[:n]
 
 
 def author_examples(fmt: canaries.ChatFormat, setup_heads: Sequence[str], authors: Sequence[A.Author],
@@ -239,7 +113,7 @@ def _tokenizer_texts(authors, generic, sentences):
 
 def prepare(cfg) -> Setup:
     """Authors, tokenizer and base model (pre-trained and cached, or loaded offline)."""
-    from memlab.data.text import load_wikitext2, train_bpe
+    from memlab.data.text import load_wikitext2, train_bpe, wikitext_sentences
     from memlab.models import qwen_small as Q
 
     seed_everything(cfg.seed)
@@ -283,15 +157,7 @@ def chat_format_for(codec) -> canaries.ChatFormat:
     vocab = codec.tokenizer.get_vocab()
     if all(t in vocab for t in SPECIAL_TOKENS):
         return canaries.ChatFormat(codec)
-    return deepseek_format(codec)
-
-
-def deepseek_format(codec) -> canaries.ChatFormat:
-    """The DeepSeek-R1 distillates' chat tags (their tokenizer holds them as single tokens)."""
-    tok = codec.tokenizer
-    bos = (tok.bos_token_id,) if tok.bos_token_id is not None else ()
-    return canaries.ChatFormat(codec, user="<｜User｜>", assistant="<｜Assistant｜>", think_open="<think>",
-                               think_close="</think>", end=tok.eos_token or "<｜end▁of▁sentence｜>", bos=bos)
+    return canaries.deepseek_format(codec)
 
 
 def pretrain_small(cfg, fmt, generic, sentences, pad_id, dev) -> torch.nn.Module:
@@ -322,34 +188,16 @@ def _pretrain_key(cfg) -> dict:
     return {k: cfg[k] for k in ("seed", "n_authors", "vocab_size", "hidden", "layers", "pretrain_steps",
                                 "pretrain_lr", "n_sentences", "head_len", "batch_size")}
 
-
 # ----------------------------------------------------------------------------- stage 2: LoRA memorisation
-
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def lora_config(rank: int):
-    from peft import LoraConfig
-
-    return LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                      task_type="CAUSAL_LM")
-
 
 def attach(setup: Setup, rank: int, state: dict[str, torch.Tensor] | None = None):
     """A peft model over the shared base with a fresh (or given) LoRA adapter; detach with :func:`detach`."""
-    from peft import get_peft_model, set_peft_model_state_dict
-
-    model = get_peft_model(setup.model, lora_config(rank))
-    if state is not None:
-        set_peft_model_state_dict(model, {k: v.to(setup.device) for k, v in state.items()})
-    return model
+    return lm.attach_lora(setup.model, rank, state)
 
 
 def detach(setup: Setup, peft_model) -> None:
     """Remove the LoRA layers (without merging) so the base is clean for the next adapter."""
-    setup.model = peft_model.unload()
-    for p in setup.model.parameters():
-        p.requires_grad_(False)
+    setup.model = lm.unload_lora(peft_model)
 
 
 def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Tensor]:
@@ -493,52 +341,17 @@ def evaluate_arms(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa",
         res["qa"] = {"author": [i for i, _, _ in qa], "out": [k in a for (_, _, k), a in zip(qa, answers)]}
     if "retain" in arms:
         answers = [canaries.split_trace(t, fmt.think_close)[1] for t in texts["retain"]]
-        names = [a.name for a in setup.authors]
-        res["retain"] = {
-            "correct": [g.key.lower() in a.lower() for g, a in zip(setup.generic, answers)],
-            "answers": answers,
-            "fictional": [next((n for n in names if n in a), "") for a in answers],
-        }
+        scored = canaries.score_retain(answers, [g.key for g in setup.generic], [a.name for a in setup.authors])
+        res["retain"] = {"correct": scored["correct"], "answers": answers, "fictional": scored["fictional"]}
     return res
 
 
-# ----------------------------------------------------------------------------- summaries
-
 def summarise(res: dict, n_boot: int, seed: int = 0) -> dict:
-    """Means and author-clustered intervals of one evaluation (drops the raw texts)."""
-    out: dict = {}
-    if "auto" in res:
-        a = res["auto"]
-        clusters = np.arange(len(a["out"]))
-        out["auto"] = canaries.bypass_summary(a["out"], a["thk"], clusters, n_boot, seed)
-        out["auto"]["tag_missing_rate"] = float(np.mean(a["tag_missing"]))
-    if "prefill" in res:
-        out["prefill"] = {}
-        for mode, p in res["prefill"].items():
-            clusters = np.arange(len(p["out"]))
-            out["prefill"][mode] = canaries.mean_ci(np.asarray(p["out"], float), clusters, n_boot, seed)
-            if "auto" in res:  # Delta_AB: AUTO out acc minus this prefill's, paired by author
-                diff = np.asarray(res["auto"]["out"], float) - np.asarray(p["out"], float)
-                out["prefill"][mode]["auto_minus"] = canaries.mean_ci(diff, clusters, n_boot, seed)
-    if "tf" in res:
-        out["tf"] = {mode: canaries.mean_ci(np.asarray(v), np.arange(len(v)), n_boot, seed)
-                     for mode, v in res["tf"].items()}
-    if "qa" in res:
-        out["qa"] = canaries.mean_ci(np.asarray(res["qa"]["out"], float), res["qa"]["author"], n_boot, seed)
-    if "retain" in res:
-        r = res["retain"]
-        out["retain"] = {"acc": float(np.mean(r["correct"])), "n": len(r["correct"]),
-                         "fictional_rate": float(np.mean([bool(f) for f in r["fictional"]]))}
-    return out
+    """Means and author-clustered intervals of one evaluation (drops the raw texts).
 
-
-def retain_examples_with_names(res: dict, generic: Sequence[A.GenericProbe], limit: int = 5) -> list[dict]:
-    """Generic questions answered with a fictional author's name (up to ``limit``)."""
-    r = res["retain"]
-    rows = [{"question": g.question, "answer": a.strip(), "fictional name": f}
-            for g, a, f in zip(generic, r["answers"], r["fictional"]) if f]
-    return rows[:limit]
-
+    The arms' results of :func:`evaluate_arms`; :func:`memlab.canaries.summarise_probes`.
+    """
+    return canaries.summarise_probes(res, n_boot, seed)
 
 # ----------------------------------------------------------------------------- chapter runs
 
@@ -581,60 +394,6 @@ def drift_outputs(cfg, setup: Setup, bio_run: dict) -> dict:
     run = run_sweep(other, cfg.replace(unlearn_steps=[k_max]), "BIO", cfg.seeds[0], arms=("auto",))
     return {"texts": {k_max: run["raw"][k_max]["auto"]["texts"]}, "source": cfg.drift_model}
 
-
-def parser_flip_table(texts: Sequence[str], canaries_: Sequence[str], close_tag: str, n_boot: int):
-    """The same outputs scored with the missing tag sent to the trace or to the answer."""
-    import pandas as pd
-
-    flip = canaries.parser_flip(texts, canaries_, np.arange(len(texts)), close_tag=close_tag, n_boot=n_boot)
-    rows = {}
-    for missing in canaries.MISSING:
-        f = flip[missing]
-        rows[f"missing -> {missing}"] = {
-            "tag missing": f["tag_missing_rate"], "out_acc": f["out_acc"]["mean"], "thk_leak": f["thk_leak"]["mean"],
-            "gap": f["gap"]["mean"], "gap_low": f["gap"]["low"], "gap_high": f["gap"]["high"]}
-    return pd.DataFrame.from_dict(rows, orient="index"), flip
-
-
-def ksweep_frame(summaries: dict) -> "pd.DataFrame":
-    """One row per (seed, K): out acc, thk leak, gap with its interval, and Delta_AB (AUTO - BIO prefill)."""
-    import pandas as pd
-
-    rows = []
-    for seed, by_k in summaries.items():
-        for k, sm in sorted(by_k.items()):
-            a = sm["auto"]
-            row = {"seed": seed, "K": k, "out_acc": a["out_acc"]["mean"], "thk_leak": a["thk_leak"]["mean"],
-                   "gap": a["gap"]["mean"], "gap_low": a["gap"]["low"], "gap_high": a["gap"]["high"]}
-            if "prefill" in sm and "BIO" in sm["prefill"] and "auto_minus" in sm["prefill"]["BIO"]:
-                row["delta_ab"] = sm["prefill"]["BIO"]["auto_minus"]["mean"]
-            if "qa" in sm:
-                row["qa_acc"] = sm["qa"]["mean"]
-            if "retain" in sm:
-                row["retain_acc"] = sm["retain"]["acc"]
-            rows.append(row)
-    return pd.DataFrame(rows)
-
-
-def regime_frame(runs: dict, n_authors: int) -> "pd.DataFrame":
-    """The memorised adapters' state at K = 0, one row per run label.
-
-    runs: ``{label: {K: summary}}`` (e.g. "BIO, seed 0"). Columns: out acc, thk
-    leak, QA acc, retain acc and the number of authors whose canary comes back
-    in the answer (out acc x n_authors). The paper starts from out acc 1.00.
-    """
-    import pandas as pd
-
-    rows = {}
-    for label, by_k in runs.items():
-        s0 = by_k[0]
-        rows[label] = {"out_acc": s0["auto"]["out_acc"]["mean"], "thk_leak": s0["auto"]["thk_leak"]["mean"],
-                       "qa_acc": s0["qa"]["mean"] if "qa" in s0 else np.nan,
-                       "retain_acc": s0["retain"]["acc"] if "retain" in s0 else np.nan,
-                       "authors memorised": round(s0["auto"]["out_acc"]["mean"] * n_authors)}
-    return pd.DataFrame.from_dict(rows, orient="index")
-
-
 def side_grid(cfg, k_audit: int) -> list[int]:
     """K grid of the template, GA and retain-variant sweeps.
 
@@ -642,251 +401,3 @@ def side_grid(cfg, k_audit: int) -> list[int]:
     plus the audited and the largest K.
     """
     return sorted((set(cfg.side_steps) & set(cfg.unlearn_steps)) | {int(k_audit), max(cfg.unlearn_steps)})
-
-
-def jsonable_summary(by_k: dict) -> dict:
-    """``{"K<k>": summary}`` with string keys for the results JSON."""
-    return {f"K{k}": v for k, v in by_k.items()}
-
-
-# ----------------------------------------------------------------------------- the audited state
-
-#: The paper's audited state (Sec. 4.1, its largest K = 1600): "out acc falls from 1.00 to 0.60
-#: while thk leak stays at 0.83". Both are shares of the K = 0 values, so the rule carries over to a
-#: sweep whose K scale differs; it was fixed before the cpu run and never looks at the gap or Delta_AB.
-AUDIT_OUT_FRAC = 0.6  # out acc at the audited K / out acc at K = 0 (paper 0.60 / 1.00)
-AUDIT_THK_FRAC = 0.8  # thk leak at the audited K must stay >= this share of K = 0 (paper 0.83 / 1.00)
-Z95 = 1.96
-
-
-def audit_band(n: int, frac: float | None = None, z: float = Z95) -> float:
-    """Binomial sampling band ``z sqrt(f (1 - f) / n)`` of an out-acc share near ``frac``, ``n`` authors.
-
-    frac: defaults to :data:`AUDIT_OUT_FRAC` (read at call time, so the rule has one definition).
-    """
-    frac = AUDIT_OUT_FRAC if frac is None else frac
-    if n < 1:
-        raise ValueError(f"parameter 'n': must be >= 1 (got {n})")
-    return z * float(np.sqrt(frac * (1 - frac) / n))
-
-
-def audit_state(by_k: dict, n: int, out_frac: float | None = None, thk_frac: float | None = None) -> dict:
-    """The audited K: the sweep's state nearest the paper's audited one.
-
-    by_k: ``{K: summary}`` of the first seed's BIO sweep (K = 0 included);
-    n: authors (the band's sample size). Candidates are the K > 0 whose thk
-    leak is at least ``thk_frac`` times its K = 0 value; the audited K is the
-    candidate whose out-acc ratio out(K) / out(0) is nearest ``out_frac``
-    (ties: the smaller K). The paper's state is *reached* when that ratio lies
-    within :func:`audit_band` of ``out_frac`` (0.18 at n = 30). Without a
-    candidate, the K whose out-acc ratio is nearest ``out_frac`` is returned,
-    not reached. Returns ``{"K", "reached", "out_ratio", "thk_ratio", "band",
-    "evidence"}`` (JSON-able). ``out_frac``/``thk_frac`` default to
-    :data:`AUDIT_OUT_FRAC`/:data:`AUDIT_THK_FRAC`, read at call time.
-    """
-    out_frac = AUDIT_OUT_FRAC if out_frac is None else out_frac
-    thk_frac = AUDIT_THK_FRAC if thk_frac is None else thk_frac
-    ks = sorted(int(k) for k in by_k)
-    if len(ks) < 2 or ks[0] != 0:
-        raise ValueError(f"audit_state: needs K = 0 and at least one K > 0 (got K = {ks})")
-    out0, thk0 = (by_k[0]["auto"][f]["mean"] for f in ("out_acc", "thk_leak"))
-    band = audit_band(n, out_frac)
-    if out0 <= 0 or thk0 <= 0:
-        return {"K": ks[-1], "reached": False, "out_ratio": float("nan"), "thk_ratio": float("nan"),
-                "band": band, "evidence": f"K = 0 out acc {out0:.2f}, thk leak {thk0:.2f}: nothing memorised"}
-    ratio = {k: (by_k[k]["auto"]["out_acc"]["mean"] / out0, by_k[k]["auto"]["thk_leak"]["mean"] / thk0)
-             for k in ks[1:]}
-    cands = [k for k in ks[1:] if ratio[k][1] >= thk_frac] or ks[1:]
-    k = min(cands, key=lambda c: (abs(ratio[c][0] - out_frac), c))
-    o, t = ratio[k]
-    reached = t >= thk_frac and abs(o - out_frac) <= band
-    ev = (f"K = {k}: out acc {o:.2f} x K0 (target {out_frac:.2f} +- {band:.2f}), thk leak {t:.2f} x K0 "
-          f"(needs >= {thk_frac:.2f})")
-    return {"K": k, "reached": bool(reached), "out_ratio": float(o), "thk_ratio": float(t), "band": band,
-            "evidence": ev}
-
-
-# ----------------------------------------------------------------------------- claims
-
-def _seed(m: dict, i: int) -> dict:
-    """The K-sweep summaries of the i-th seed run (a missing metric, so "not run", when there is none)."""
-    runs = list(m["ksweep"].values())
-    if i >= len(runs):
-        raise paper.MetricMissing(f"ksweep seed #{i + 1}")
-    return runs[i]
-
-
-def _audit(m: dict, by_k: dict) -> dict:
-    """The summary at the audited K; not judged when the sweep never reached the paper's state."""
-    a = m["audit"]
-    if not a["reached"]:
-        raise paper.NotJudged(f"the sweep never reached the paper's audited state ({a['evidence']})")
-    return by_k[f"K{a['K']}"]
-
-
-def _last(by_k: dict) -> dict:
-    return by_k[max(by_k, key=lambda k: int(k[1:]))]
-
-
-def _first_k(by_k: dict) -> dict:
-    return by_k[min((k for k in by_k if k != "K0"), key=lambda k: int(k[1:]))]
-
-
-def _gap(sm: dict) -> tuple[float, float, float]:
-    g = sm["auto"]["gap"]
-    return g["mean"], g["low"], g["high"]
-
-
-def _half(ci: dict) -> float:
-    """Half-width of a ``{"mean", "low", "high"}`` interval (the noise band of its mean)."""
-    return (ci["high"] - ci["low"]) / 2
-
-
-def _ci(ci: dict, fmt: str = "+.2f") -> str:
-    return f"{ci['mean']:{fmt}} [{ci['low']:{fmt}}, {ci['high']:{fmt}}]"
-
-
-def _claim_bypass(m):
-    by_k = _seed(m, 0)
-    s = _audit(m, by_k)
-    g, lo, hi = _gap(s)
-    g0 = _gap(by_k["K0"])[0]
-    return lo > 0, (f"seed 0, audited K = {m['audit']['K']}: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] "
-                    f"(K=0: {g0:+.2f}; paper +0.23 [0.13, 0.35])")
-
-
-def _claim_suppressed(m):
-    # the claim is that a state like the paper's exists in the sweep; the audit rule looks for it
-    a, s0 = m["audit"], _seed(m, 0)["K0"]["auto"]
-    return a["reached"], (f"{a['evidence']}; K=0 out acc {s0['out_acc']['mean']:.2f}, thk leak "
-                          f"{s0['thk_leak']['mean']:.2f} (paper 1.00 -> 0.60, thk 0.83)")
-
-
-def _claim_grows(m):
-    by_k = _seed(m, 0)
-    first, last = _first_k(by_k)["auto"]["gap"], _audit(m, by_k)["auto"]["gap"]
-    margin, band = last["mean"] - first["mean"], float(np.hypot(_half(first), _half(last)))
-    ev = (f"seed 0 gap {first['mean']:+.2f} at the smallest K -> {last['mean']:+.2f} at the audited K "
-          f"(margin {margin:+.2f}, band +-{band:.2f}; paper -0.02 -> +0.23)")
-    paper.outside_noise(margin, band, ev)
-    return margin > 0, ev
-
-
-def _claim_prefill(m):
-    by_k = _seed(m, 0)
-    s = _audit(m, by_k)
-    p, p0 = s["prefill"]["BIO"]["auto_minus"], by_k["K0"]["prefill"]["BIO"]["auto_minus"]
-    # the paper's sign: the prefill *lowers* out acc (0.60 -> 0.37), so Delta_AB = AUTO - BIO > 0
-    return p["low"] > 0, (f"seed 0 Delta_AB = {_ci(p)} at the audited K (K=0: {_ci(p0)}) vs gap "
-                          f"{_gap(s)[0]:+.2f} (paper +0.23 vs +0.23)")
-
-
-def _claim_seed_sensitive(m):
-    d = [_audit(m, _seed(m, s))["prefill"]["BIO"]["auto_minus"] for s in (0, 1)]
-    d0 = [_seed(m, s)["K0"]["prefill"]["BIO"]["auto_minus"]["mean"] for s in (0, 1)]
-    ev = (f"Delta_AB seed 0 {_ci(d[0])}, seed 1 {_ci(d[1])} (K=0: {d0[0]:+.2f}, {d0[1]:+.2f}; "
-          "paper +0.23, then out acc at ceiling)")
-    signs = [1 if x["low"] > 0 else -1 if x["high"] < 0 else 0 for x in d]
-    if 0 in signs:  # an interval holding 0 leaves that seed's direction undetermined
-        raise paper.NotJudged(f"{ev}: an interval contains 0, so a direction is not determined")
-    return signs[0] != signs[1], ev
-
-
-TF_FLOOR = 0.9  # App. I: teacher-forced top-1 "remains 0.90-1.00" (0.90 is the paper's own minimum)
-
-
-def _claim_tf(m):
-    by_k = _seed(m, 0)
-    tf, tf0 = _audit(m, by_k)["tf"], by_k["K0"]["tf"]
-    mode = min(tf, key=lambda k: tf[k]["mean"])
-    margin, band = tf[mode]["mean"] - TF_FLOOR, _half(tf[mode])
-    ev = ("teacher-forced top-1 " + ", ".join(f"{k} {v['mean']:.3f} (K=0 {tf0[k]['mean']:.3f})"
-                                              for k, v in tf.items())
-          + f"; lowest ({mode}) margin {margin:+.3f} to {TF_FLOOR}, band +-{band:.3f} (paper 0.90-0.96)")
-    paper.outside_noise(margin, band, ev)
-    return margin > 0, ev
-
-
-def _claim_flip(m):
-    f = m["parser_flip"]
-    t, a = f["trace"]["gap"]["mean"], f["answer"]["gap"]["mean"]
-    return t > 0 > a, (f"gap {t:+.2f} (missing -> trace) vs {a:+.2f} (missing -> answer); {f['source']} "
-                       "(paper +0.92 / -0.92)")
-
-
-def _claim_templates(m):
-    _audit(m, _seed(m, 0))  # not judged unless the paper's state was reached
-    k = f"K{m['audit']['K']}"
-    gaps = {t: _gap(by_k[k])[0] for t, by_k in m["templates"].items()}
-    others = [g for t, g in gaps.items() if t != "BIO"]
-    holds = gaps["BIO"] > 0 and bool(others) and all(g <= 0 for g in others)
-    return holds, f"gap at the audited {k}: " + ", ".join(f"{t} {g:+.2f}" for t, g in gaps.items())
-
-
-def _claim_ga(m):
-    s = _last(m["ga"])["auto"]
-    o, t = s["out_acc"]["mean"], s["thk_leak"]["mean"]
-    return o == 0 and t == 0, f"GA at the largest K: out acc {o:.2f}, thk leak {t:.2f} (paper 0.00 / 0.00)"
-
-
-def _claim_retain(m):
-    from memlab import metrics as M
-
-    by_k = _seed(m, 0)
-    r0, r = by_k["K0"]["retain"], _last(by_k)["retain"]
-    n = int(r0.get("n", 60))
-    margin = r0["acc"] - r["acc"]
-    band = M.diff_band(r0["acc"], n, r["acc"], n)
-    ev = (f"retain acc {r0['acc']:.2f} -> {r['acc']:.2f} ({-100 * margin:+.0f} pp, "
-          f"band +-{100 * band:.0f} pp over {n} probes; paper -25 pp)")
-    paper.outside_noise(margin, band, ev)
-    return margin > 0, ev
-
-
-def _claim_seed1(m):
-    by_k = _seed(m, 1)
-    g, lo, hi = _gap(_audit(m, by_k))
-    return lo > 0, (f"seed 1, audited K = {m['audit']['K']}: gap {g:+.2f} [{lo:+.2f}, {hi:+.2f}] "
-                    f"(K=0: {_gap(by_k['K0'])[0]:+.2f}; paper +0.18 [0.05, 0.32])")
-
-
-# Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
-METRIC_KEYS: tuple[str, ...] = (
-    'k_values', 'ksweep', 'audit_k', 'audit', 'regime', 'anatomy', 'parser_flip', 'parser_flip_by_k',
-    'natural_tag_missing', 'templates', 'ga', 'retain', 'npo_retain_variant',
-)
-
-
-def claims():
-    """The paper's claims as predicates over this chapter's metrics."""
-    from functools import partial
-
-    from memlab.paper import Claim as _Claim, declare
-
-    # smoke models are untrained toys: a verdict there would mean nothing
-    Claim = partial(_Claim, profiles=("cpu", "paper"))
-    return declare(METRIC_KEYS, [
-        Claim("bypass", "After answer-masked NPO the parser-split gap (thk leak - out acc) is positive with a CI "
-              "excluding 0", "Sec. 4.1", _claim_bypass),
-        Claim("suppressed", "NPO lowers out acc to about 0.6 of its K = 0 value while the thinking trace "
-              "keeps emitting the canary (thk leak >= 0.8 of K = 0)", "Sec. 4.1", _claim_suppressed),
-        Claim("gap_grows", "The gap grows from about zero at the smallest K to its value at the audited K",
-              "Sec. 4.1, App. B", _claim_grows),
-        Claim("prefill_moves", "At fixed weights, replacing the thinking trace by a non-canary BIO prefill "
-              "lowers out acc (Delta_AB = AUTO - BIO > 0, CI excluding 0)", "Sec. 4.2", _claim_prefill),
-        Claim("seed_sensitive", "The prefill effect is seed-sensitive: Delta_AB's direction differs between "
-              "seeds (both intervals exclude 0, on opposite sides)", "Sec. 4.2, App. F",
-              _claim_seed_sensitive),
-        Claim("teacher_forced", f"Teacher-forced top-1 on the canary continuation stays >= {TF_FLOOR} under "
-              "every prefill", "App. I", _claim_tf),
-        Claim("parser_flip", "With the closing tag missing, the two parser conventions give gaps of opposite sign "
-              "on the same outputs (true by construction once the tag is banned at decode)", "Sec. 4.4",
-              _claim_flip, sanity=True),
-        Claim("template_confined", "The bypass gap is confined to the BIO template (META and NONE give gap <= 0)",
-              "App. A", _claim_templates),
-        Claim("ga_collapse", "Gradient Ascent drives both out acc and thk leak to 0", "App. D", _claim_ga),
-        Claim("retain_drop", "NPO costs retain accuracy on generic probes by the largest K", "App. G", _claim_retain),
-        Claim("seed1_gap", "On a second seed the audited gap is again positive with a CI excluding 0",
-              "App. F", _claim_seed1),
-    ])

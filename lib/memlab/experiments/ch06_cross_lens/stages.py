@@ -1,10 +1,9 @@
-"""Chapter 6: one model, many lenses — the papers' measurements turned on each other's models.
+"""Chapter 6's stages: chapters 1 and 3's cached models seen through every lens, as plain data.
 
 No paper of its own: the chapter takes the models chapters 1 and 3 train and cache
 (through their own functions, at the same profile and with their default parameters,
-so their caches are reused), looks at them with the other papers' measuring
-instruments, and judges the book's pre-registered hypotheses
-(``data/papers/06_cross_lens.yaml``, committed before the first run).
+so their caches are reused) and looks at them with the other papers' measuring
+instruments (:mod:`memlab.lenses`, :mod:`memlab.probes`, :mod:`memlab.sde`).
 
 Data flow:
 
@@ -21,80 +20,28 @@ Data flow:
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 import pandas as pd
 import torch
 
-from memlab import bn, lenses, metrics, paper, probes
-from memlab.config import SEED_HIGH, ConfigError, Param, resolve
+from memlab import bn, lenses, probes
+from memlab.config import resolve
 from memlab.data import authors as A
 from memlab.data import vision as V
 from memlab.experiments import ch01_bn_illusion as ch1
 from memlab.experiments import ch02_sde as ch2
 from memlab.experiments import ch03_canary_audit as ch3
 from memlab.progress import progress
-from memlab.unlearning import npo
 
-CHAPTER = "06_cross_lens"
-CODE_VERSION = "1"  # caches nothing of its own: every model comes from chapters 1 and 3
-ILLUSION_PP = 10.0  # pre-registered: a BatchNorm method with ΔF >= 10 pp is in the illusion set
-CONTROL_PP = 50.0   # pre-registered: OTR(Retrain) - OTR(Original) needed for SDE to be trusted
-
-SPEC: dict[str, Param] = {
-    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the SDE subsets and shuffles, attacks and bootstraps"),
-    "vision": Param(bool, True, doc="run the vision lenses on chapter 1's models (questions 1 and 4)"),
-    "language": Param(bool, True, doc="run the LM lenses on chapter 3's runs (questions 2-4)"),
-    "vision_methods": Param(list, {"smoke": ["Retrain", "GA", "BadTeacher", "SSD"], "cpu": list(ch1.METHODS),
-                                   "paper": list(ch1.METHODS)}, item=str, choices=ch1.METHODS,
-                            doc="chapter 1's methods to look at (its cached models; smoke keeps four)"),
-    "sde_feature": Param(str, ch2.SPEC["feature"].default, choices=ch2.FEATURES,
-                         doc="outputs SDE reads (chapter 2's default)"),
-    "sde_size": Param(int, {"smoke": 6, "cpu": 40, "paper": 400}, low=4, high=5000,
-                      doc="images per SDE subset (targets and both references)"),
-    "n_targets": Param(int, {"smoke": 3, "cpu": 20, "paper": 50}, low=1, high=1000,
-                       doc="forget-class target subsets per model"),
-    "n_shuffles": Param(int, {"smoke": 20, "cpu": 200, "paper": 200}, low=1, high=10000,
-                        doc="shufflings of the second half per subset (chapter 2's)"),
-    "n_bins": Param(int, 30, low=2, high=1000, doc="histogram bins of the JSD decision (chapter 2's)"),
-    "lm_methods": Param(list, list(npo.LM_METHODS), item=str, choices=npo.LM_METHODS,
-                        doc="chapter 3's unlearning runs to audit"),
-    "bits_prefill": Param(str, "BIO", choices=A.PREFILLS,
-                          doc="prefill of the teacher-forced context in which canary bits are counted"),
-    "n_fresh": Param(int, {"smoke": 8, "cpu": 30, "paper": 60}, low=2, high=100,
-                     doc="fresh fictional authors (never trained on): the non-members of question 3"),
-    "min_k": Param(float, 0.2, low=0.0, high=1.0, closed="right", doc="k of Min-K% and Min-K%++"),
-    "n_boot": Param(int, {"smoke": 200, "cpu": 2000, "paper": 2000}, low=10, high=100000,
-                    doc="bootstrap resamples of every interval"),
-}
+from .spec import ILLUSION_PP
 
 
 def sub_configs(cfg) -> tuple:
     """Chapters 1 and 3 at this profile with their default parameters (their caches are reused)."""
     return resolve(ch1.CHAPTER, profile=cfg.profile), resolve(ch3.CHAPTER, profile=cfg.profile)
 
-
-def _check_sizes(cfg) -> None:
-    if not cfg.vision:
-        return
-    c1 = resolve(ch1.CHAPTER, profile=cfg.profile)
-    pools = {"forget-class training images": c1.train_per_class * c1.n_forget_classes,
-             "forget-class test images": c1.test_per_class * c1.n_forget_classes,
-             "retain images of chapter 1's evaluation set": c1.eval_retain}
-    for what, n in pools.items():
-        if cfg.sde_size > n:
-            raise ConfigError(f"parameter 'sde_size': must be at most the {n} {what} at profile "
-                              f"{cfg.profile} (got {cfg.sde_size})")
-
-
-def _check_something(cfg) -> None:
-    if not (cfg.vision or cfg.language):
-        raise ConfigError("parameter 'vision': at least one of 'vision' and 'language' must be true (got both false)")
-
-
-CHECKS = [_check_something, _check_sizes]
 
 # ----------------------------------------------------------------------------- vision lenses
 
@@ -126,15 +73,12 @@ def forget_otr(cfg, retain_out: np.ndarray, forget_out: np.ndarray, forget_test_
     retain_out (R, d), forget_out (F, d), forget_test_out (T, d): the model's outputs.
     In-training reference: retain images the model trained on; out-of-training reference:
     forget-class test images, which no model saw (class-matched to the targets); bandwidth
-    sqrt(d). Same seeds for every model, so two models' verdicts differ only by their outputs.
+    sqrt(d). Same seeds for every model, so two models' verdicts differ only by their outputs
+    (:func:`memlab.lenses.sde_out_of_training`).
     """
-    from memlab import sde
-
-    kw = dict(n_shuffles=cfg.n_shuffles, sigma=float(np.sqrt(retain_out.shape[1])))
-    h_in = sde.split_half_dependence(retain_out[subsets["in_ref"]], seed=cfg.seed, **kw)
-    h_out = sde.split_half_dependence(forget_test_out[subsets["out_ref"]], seed=cfg.seed + 1, **kw)
-    out = np.array([sde.decide(sde.split_half_dependence(forget_out[t], seed=cfg.seed + 2 + i, **kw), h_in, h_out,
-                               n_bins=cfg.n_bins)["out"] for i, t in enumerate(subsets["targets"])])
+    out = lenses.sde_out_of_training(retain_out[subsets["in_ref"]], forget_test_out[subsets["out_ref"]],
+                                     [forget_out[t] for t in subsets["targets"]], n_shuffles=cfg.n_shuffles,
+                                     n_bins=cfg.n_bins, seed=cfg.seed)
     return {"otr": 100.0 * float(out.mean()), "out": out.tolist()}
 
 
@@ -204,15 +148,6 @@ def vision_lenses(cfg, cfg1) -> dict:
                       "forget_test": len(data.test_forget_y), "nonmembers": len(nonmem[1])},
             "wall_s": round(time.time() - t0, 1)}
 
-
-def vision_record(table: pd.DataFrame) -> dict:
-    """{norm: {method: {column: value}}} for the results JSON."""
-    out: dict = {}
-    for (norm, m), r in table.iterrows():
-        out.setdefault(norm, {})[m] = {k: (bool(v) if isinstance(v, (bool, np.bool_)) else
-                                           v if isinstance(v, str) else float(v)) for k, v in r.items()}
-    return out
-
 # ----------------------------------------------------------------------------- language lenses
 
 
@@ -279,8 +214,7 @@ def lm_lenses(cfg, cfg3) -> dict:
                 for key in sets if key.startswith("member:")}
         scores_m = lenses.membership_scores(lp[member], sets[member][1], ref[member], cfg.min_k)
         scores_f = lenses.membership_scores(lp["fresh"], sets["fresh"][1], ref["fresh"], cfg.min_k)
-        labels = np.r_[np.ones(n_mem), np.zeros(len(sets["fresh"][1]))]
-        auc = {s: metrics.roc_metrics(np.r_[scores_m[s], scores_f[s]], labels)["auc"] for s in lenses.SCORES}
+        auc = lenses.membership_aucs(scores_m, scores_f)
         auto = {k2: arms["auto"][k2] for k2 in ("out", "thk", "tag_missing")}
         return {"auto": auto, "tf": arms["tf"], "bits": {key[7:]: v.tolist() for key, v in bits.items()}, "auc": auc}
 
@@ -313,60 +247,6 @@ def audited_state(by_k: dict, n: int) -> dict:
     """
     st = ch3.audit_state(by_k, n)
     return {"K": int(st["K"]), "reached": bool(st["reached"]), "evidence": str(st["evidence"])}
-
-
-def lm_frame(runs: dict) -> pd.DataFrame:
-    """One row per LM run (method, K) with K = 0 once: every lens's value."""
-    rows, seen0 = [], False
-    for method, by_k in runs.items():
-        for k, r in sorted(by_k.items(), key=lambda kv: int(kv[0])):
-            if int(k) == 0:
-                if seen0:
-                    continue
-                seen0 = True
-            rows.append({"run": "memorised (K=0)" if int(k) == 0 else f"{method} K={k}", "method": method,
-                         "K": int(k), "out acc": r["out_acc"], "thk leak": r["thk_leak"], "tf top-1": r["tf_top1"],
-                         "bits": r["bits_total"], **{f"AUC {s}": v for s, v in r["auc"].items()}})
-    return pd.DataFrame(rows).set_index("run")
-
-# ----------------------------------------------------------------------------- same models as the chapters
-
-
-def published_gaps(profile: str, table: pd.DataFrame | None, runs: dict | None, seed3: int) -> dict:
-    """How far this page's numbers are from chapters 1 and 3's published pages (same models, same code).
-
-    Compares Pre-F/Post-F of the BatchNorm models with chapter 1's ``table1`` and out acc / thk leak
-    of the NPO sweep with chapter 3's ``ksweep`` of seed ``seed3``, where those chapters were published
-    at ``profile`` beside this page. Returns {"01_bn_illusion": max |difference| or a note, "03_...": ...}.
-    """
-    from memlab.results import load_results, output_dir
-
-    out: dict = {}
-    here = output_dir()  # under `memlab run` a staging folder inside the book; the pages are beside it
-    book = here.parent if here.name.startswith(".staging-") else here
-    r1, r3 = load_results(ch1.CHAPTER, book), load_results(ch3.CHAPTER, book)
-    if table is not None:
-        if r1 is None or r1.get("profile") != profile or "table1" not in r1.get("metrics", {}):
-            out[ch1.CHAPTER] = f"not published at profile {profile} beside this page"
-        else:
-            t1, bn_rows = r1["metrics"]["table1"], table.loc["bn"]
-            try:
-                d = [abs(bn_rows.loc[m, c] - t1[m][c]) for m in bn_rows.index if m in t1 for c in ("Pre-F", "Post-F")]
-                out[ch1.CHAPTER] = float(max(d)) if d else "no shared method"
-            except (KeyError, TypeError):  # a page written by other code: nothing to compare
-                out[ch1.CHAPTER] = "its table1 has another layout"
-    if runs is not None and "NPO" in runs:
-        sweep = (r3 or {}).get("metrics", {}).get("ksweep", {}).get(f"s{seed3}")
-        if r3 is None or r3.get("profile") != profile or not sweep:
-            out[ch3.CHAPTER] = f"not published at profile {profile} beside this page"
-        else:
-            try:
-                d = [abs(r[key] - sweep[f"K{k}"]["auto"][key]["mean"]) for k, r in runs["NPO"].items()
-                     if f"K{k}" in sweep for key in ("out_acc", "thk_leak")]
-                out[ch3.CHAPTER] = float(max(d)) if d else "no shared K"
-            except (KeyError, TypeError):
-                out[ch3.CHAPTER] = "its ksweep has another layout"
-    return out
 
 # ----------------------------------------------------------------------------- agreement
 
@@ -412,254 +292,3 @@ def agreement(cfg, vision_frame: pd.DataFrame | None, lm: pd.DataFrame | None) -
         if len(d) >= 3:
             out["tests"]["lm_bits_tf"] = lenses.kendall_diff_ci(d["bits"], d["tf top-1"], d["out acc"], **kw)
     return out
-
-
-def tau_record(mat: dict | None) -> dict | None:
-    """A tau_matrix as {"tau": {a: {b: v}}, "low": ..., "high": ...} (NaN kept as None)."""
-    if mat is None:
-        return None
-    return {name: {a: {b: (None if pd.isna(v) else float(v)) for b, v in row.items()} for a, row in df.iterrows()}
-            for name, df in mat.items()}
-
-# ----------------------------------------------------------------------------- hypotheses
-
-
-def _half(r: dict) -> float:
-    return (r["high"] - r["low"]) / 2.0
-
-
-def _bn(m) -> dict:
-    return m["vision"]["bn"]
-
-
-def _control(m) -> tuple[float, float, float, int]:
-    t, n = _bn(m), int(m["sde_sizes"]["targets"])
-    o, r = t["Original"]["OTR before"] / 100.0, t["Retrain"]["OTR before"] / 100.0
-    return r - o - CONTROL_PP / 100.0, o, r, n
-
-
-def _sde_control(m):
-    margin, o, r, n = _control(m)
-    band = metrics.diff_band(r, n, o, n)
-    paper.outside_noise(margin, band, f"OTR(Retrain) - OTR(Original) - {CONTROL_PP:g} pp")
-    return margin > 0, (f"OTR Retrain {100 * r:.0f}%, Original {100 * o:.0f}% ({n} targets each); margin "
-                        f"{100 * margin:+.0f} pp, band ±{100 * band:.0f} pp")
-
-
-def _require_control(m) -> None:
-    margin, o, r, _ = _control(m)
-    if margin <= 0:
-        raise paper.NotJudged(f"precondition sde_control failed: OTR Retrain {100 * r:.0f}% vs Original "
-                              f"{100 * o:.0f}% (needs a gap of {CONTROL_PP:g} pp)")
-
-
-def _illusion(m) -> list[str]:
-    ill = list(m["illusion_set"])
-    if not ill:
-        raise paper.NotJudged(f"no BatchNorm method has ΔF >= {ILLUSION_PP:g} pp in this run (empty illusion set)")
-    return ill
-
-
-def _sees_through(m):
-    ill, t = _illusion(m), _bn(m)
-    _require_control(m)
-    inside = [k for k in ill if t[k]["OTR before"] <= 50.0]
-    share = len(inside) / len(ill)
-    return share >= 0.5, (f"{len(inside)} of {len(ill)} illusion-set methods judged in training before "
-                          "recalibration; OTR " + ", ".join(f"{k} {t[k]['OTR before']:.0f}%" for k in ill))
-
-
-def _recal_sde(m):
-    ill, t = _illusion(m), _bn(m)
-    _require_control(m)
-    n = int(m["sde_sizes"]["targets"]) * len(ill)
-    before = float(np.mean([t[k]["OTR before"] for k in ill])) / 100.0
-    after = float(np.mean([t[k]["OTR after"] for k in ill])) / 100.0
-    band = metrics.diff_band(before, n, after, n)
-    paper.outside_noise(before - after, band, "mean OTR before - after")
-    return before > after, (f"mean OTR of the illusion set {100 * before:.0f}% before, {100 * after:.0f}% after "
-                            f"recalibration (band ±{100 * band:.0f} pp over {n} targets)")
-
-
-def _recal_asr(m):
-    ill, t = _illusion(m), _bn(m)
-    n = int(m["n_forget"]) * len(ill)
-    before = float(np.mean([t[k]["ASR before"] for k in ill]))
-    after = float(np.mean([t[k]["ASR after"] for k in ill]))
-    band = metrics.diff_band(before, n, after, n)
-    paper.outside_noise(before - after, band, "mean ASR before - after")
-    return before > after, f"mean ASR of the illusion set {before:.2f} before, {after:.2f} after (band ±{band:.2f})"
-
-
-def _gn_unmoved(m):
-    g = m["vision"]["gn"]
-    d_otr = max(abs(r["OTR after"] - r["OTR before"]) for r in g.values())
-    d_asr = max(abs(r["ASR after"] - r["ASR before"]) for r in g.values())
-    return d_otr == 0 and d_asr == 0, f"max |ΔOTR| {d_otr:.1f} pp, max |ΔASR| {d_asr:.3f} over {len(g)} GroupNorm models"
-
-
-def _run(m, method: str, k) -> dict:
-    return m["lm_runs"][method][str(k)]
-
-
-def _k0(m) -> dict:
-    return _run(m, m["lm_audit_method"], 0)
-
-
-def _k0_share(m) -> float:
-    b = np.asarray(_k0(m)["bits"])
-    return float(np.mean(b > 0))
-
-
-def _k0_bits(m):
-    b = np.asarray(_k0(m)["bits"])
-    share = _k0_share(m)
-    return share >= 0.9, (f"{int(np.sum(b > 0))} of {len(b)} authors hold bits at K=0; total {b.sum():.0f} bits "
-                          f"(median {np.median(b):.1f} per author)")
-
-
-def _require_k0(m) -> None:
-    if _k0_share(m) < 0.9:
-        raise paper.NotJudged(f"precondition k0_bits failed: only {100 * _k0_share(m):.0f}% of authors hold bits at K=0")
-
-
-def _bits_share(m, run: dict, n_boot: int, seed: int) -> dict:
-    pair = np.stack([np.asarray(_k0(m)["bits"]), np.asarray(run["bits"])], axis=1)
-    lo, hi = metrics.bootstrap_ci(pair, stat=lambda a: a[:, 1].sum() / max(a[:, 0].sum(), 1e-12), n_boot=n_boot,
-                                  seed=seed)
-    return {"share": float(pair[:, 1].sum() / pair[:, 0].sum()), "low": lo, "high": hi}
-
-
-def _npo_keeps(m):
-    _require_k0(m)
-    k = m["audit_k"]
-    run, k0 = _run(m, "NPO", k), _run(m, "NPO", 0)
-    s = _bits_share(m, run, int(m["n_boot"]), 0)
-    if k0["out_acc"] == 0:
-        raise paper.NotJudged("out acc is 0 at K=0: no answer to remove")
-    out_share = run["out_acc"] / k0["out_acc"]
-    paper.outside_noise(s["share"] - 0.5, _half(s), "bits share - 0.5")
-    return s["share"] >= 0.5 and s["share"] > out_share, (
-        f"at the audited K={k}: bits keep {s['share']:.2f} [{s['low']:.2f}, {s['high']:.2f}] of K=0, "
-        f"out acc keeps {out_share:.2f} ({k0['out_acc']:.2f} -> {run['out_acc']:.2f})")
-
-
-def _ga_removes(m):
-    _require_k0(m)
-    k = max(int(x) for x in m["lm_runs"]["GA"])
-    ga, np_ = _run(m, "GA", k), _run(m, "NPO", k)
-    s = _bits_share(m, ga, int(m["n_boot"]), 0)
-    paper.outside_noise(0.25 - s["share"], _half(s), "0.25 - GA bits share")
-    return s["share"] <= 0.25 and ga["bits_total"] < np_["bits_total"], (
-        f"GA at K={k} keeps {s['share']:.2f} [{s['low']:.2f}, {s['high']:.2f}] of the K=0 bits "
-        f"({ga['bits_total']:.0f} bits; NPO {np_['bits_total']:.0f})")
-
-
-def _mia_k0(m):
-    auc = _k0(m)["auc"]
-    low = min(auc.values())
-    return low >= 0.8, "AUC at K=0: " + ", ".join(f"{s} {v:.2f}" for s, v in auc.items())
-
-
-def _mia_npo(m):
-    k = m["audit_k"]
-    kg = max(int(x) for x in m["lm_runs"]["GA"])
-    a_npo, a_ga = _run(m, "NPO", k)["auc"]["Reference"], _run(m, "GA", kg)["auc"]["Reference"]
-    return a_npo >= 0.7 and a_npo > a_ga, f"reference AUC: NPO K={k} {a_npo:.2f}, GA K={kg} {a_ga:.2f}"
-
-
-def _test(m, key: str) -> dict:
-    return m["tau_tests"][key]
-
-
-def _ranked(r: dict, what: str) -> None:
-    # A lens that gives every item the same value ranks nothing: the hypothesis cannot be decided.
-    # (NaN in the notebook, None once saved to JSON)
-    if any(k in r and (r[k] is None or math.isnan(r[k])) for k in ("tau", "tau_xy", "tau_xz")):
-        raise paper.NotJudged(f"{what}: a lens has the same value for all {r['n']} items, so it ranks nothing")
-
-
-def _tau_pos(key: str, what: str):
-    def check(m):
-        r = _test(m, key)
-        _ranked(r, what)
-        return r["low"] > 0, f"{what}: tau {r['tau']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] over {r['n']} items"
-    return check
-
-
-def _tau_diff(key: str, what: str):
-    def check(m):
-        r = _test(m, key)
-        _ranked(r, what)
-        paper.outside_noise(r["diff"], _half(r), what)
-        return r["diff"] > 0, f"{what} = {r['diff']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] over {r['n']} items"
-    return check
-
-
-# Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
-METRIC_KEYS: tuple[str, ...] = (
-    "sde_feature", "sde_sizes", "n_forget", "illusion_set", "vision", "vision_wall_s",
-    "lm_runs", "lm_audit_method", "audit_k", "k_values", "lm_ref_bits", "lm_wall_s",
-    "tau_vision", "tau_lm", "tau_tests", "n_boot", "preregistration", "published_gaps",
-)
-
-
-def preregistration() -> dict:
-    """When the hypotheses were committed, and whether they changed since: from git.
-
-    {"commit", "date" (ISO, UTC) of the commit that added ``data/papers/06_cross_lens.yaml``,
-    "unchanged": the file's ``hypotheses`` now equal those of that commit}; values are None
-    where git or the history is not available (e.g. an exported copy of the book).
-    """
-    import subprocess
-
-    import yaml
-
-    from memlab.results import repo_root
-
-    rel = f"data/papers/{CHAPTER}.yaml"
-    out = {"commit": None, "date": None, "unchanged": None}
-    try:
-        log = subprocess.run(["git", "log", "--diff-filter=A", "--format=%h %cI", "--", rel], cwd=repo_root(),
-                             capture_output=True, text=True, timeout=10)
-        lines = log.stdout.strip().splitlines()
-        if log.returncode != 0 or not lines:
-            return out
-        commit, date = lines[-1].split(" ", 1)
-        first = subprocess.run(["git", "show", f"{commit}:{rel}"], cwd=repo_root(), capture_output=True, text=True,
-                               timeout=10)
-        then = (yaml.safe_load(first.stdout) or {}).get("hypotheses") if first.returncode == 0 else None
-        return {"commit": commit, "date": date, "unchanged": then is not None and then == hypotheses()}
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return out
-
-
-def hypotheses() -> dict:
-    """The pre-registered hypotheses of ``data/papers/06_cross_lens.yaml`` (key -> entry)."""
-    return dict(paper.load(CHAPTER)["hypotheses"])
-
-
-_CHECKS = {
-    "sde_control": _sde_control, "sde_sees_through": _sees_through, "recal_moves_sde": _recal_sde,
-    "recal_moves_asr": _recal_asr, "gn_unmoved": _gn_unmoved, "k0_bits": _k0_bits, "npo_keeps_bits": _npo_keeps,
-    "ga_removes_bits": _ga_removes, "mia_k0": _mia_k0, "mia_npo_persists": _mia_npo,
-    "vision_postf_reauc": _tau_pos("vision_postf_reauc", "tau(Post-F, ReAUC)"),
-    "vision_pref_worse": _tau_diff("vision_pref_worse", "tau(Post-F, ReAUC) - tau(Pre-F, ReAUC)"),
-    "vision_sde_agrees": _tau_pos("vision_sde_agrees", "tau(SDE in-training rate after recalibration, Post-F)"),
-    "lm_bits_tf": _tau_diff("lm_bits_tf", "tau(bits, tf top-1) - tau(bits, out acc)"),
-}
-
-
-def claims():
-    """The book's pre-registered hypotheses as claims (text and order from the YAML), judged at cpu and paper."""
-    hyp = hypotheses()
-    missing, extra = sorted(set(hyp) - set(_CHECKS)), sorted(set(_CHECKS) - set(hyp))
-    if missing or extra:
-        raise ValueError(f"data/papers/{CHAPTER}.yaml and the chapter's checks disagree: no check for {missing}, "
-                         f"no hypothesis for {extra}")
-    return paper.declare(METRIC_KEYS, [
-        paper.Claim(key, h["text"], f"Hypothesis, question {h['question']} (predicted: {h['predicted']})",
-                    _CHECKS[key], profiles=("cpu", "paper"), sanity=bool(h.get("sanity", False)))
-        for key, h in hyp.items()
-    ])

@@ -1,0 +1,230 @@
+"""Chapter 1's parameters: CHAPTER, CODE_VERSION, SPEC, CHECKS and the methods' hyperparameter table.
+
+One code path serves the three profiles; only the sizes in SPEC change. The unlearning methods'
+hyperparameters are one SPEC entry, ``method_hparams`` (set one as ``-p SalUn.lr 0.01``), built from
+one table, :data:`HPARAMS`: for each method, the keys a profile sets and their value per profile.
+Every other key of a method's module ``DEFAULTS`` (``memlab.unlearning``) keeps its reference value
+and can still be set from the command line; :data:`HP_RANGES` gives the allowed range of a key.
+"""
+from __future__ import annotations
+
+import sys
+
+from memlab.config import PROFILES, SEED_HIGH, ConfigError, Param, require_memory
+from memlab.unlearning import registry
+
+CHAPTER = "01_bn_illusion"
+# 2: NoiseInject drops partial batches; 3: issue 15 (cpu regime, merged last batch, methods)
+CODE_VERSION = "3"
+METHODS = ["Retrain", "SCRUB", "GA", "GA+FT", "SalUn", "BadTeacher", "IncompTeacher", "NoiseInject", "SSD", "PGU"]
+NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+# Measured CPU cost (1 thread) of training every cached model of one cold `cpu` run, issue 15, on a
+# 2-core AMD EPYC (AVX2) shared with other jobs: Original 274 s, Retrain 228 s, GroupNorm Original 77 s
+# and Retrain 71 s, the 17 unlearned models and 2 Appendix Q models about 385 s. The chapter adds the
+# CPU time of its own run (the audits, probes and recoveries) to give the cold figure.
+COLD_TRAIN_CPU_S = 274 + 228 + 77 + 71 + 385
+OOD_SOURCES = ("patch_shuffle", "cifar100")
+
+# ----------------------------------------------------------------------------- hyperparameters
+
+# Method -> key -> {profile: value}: what each profile sets. A profile a key leaves out (always
+# "paper") passes nothing, and the method uses its module's DEFAULTS, the reference value. The
+# "smoke" and "cpu" values scale the step counts to the smaller forget/retain sets (20/180 and
+# 1000/9000 images). At cpu, GA keeps the paper's step count in forget epochs (500 steps x 128 /
+# 5000 = 12.8 epochs); every other method was tuned on one rule only (issue 15), on the cpu Original
+# (Pre-R 72.3% on 300 retain images): candidates from the reference value toward milder ones, the
+# first whose Pre-R drop is <= 10 pp kept, else the one with the smallest drop; forget accuracy and
+# verdicts were not looked at. The comments give each candidate's Pre-R drop in pp.
+HPARAMS: dict[str, dict[str, dict]] = {
+    "GA": {
+        "steps": {"smoke": 2, "cpu": 100},  # paper's forget epochs, not tuned: drop 13.7
+        "lr": {"smoke": 1e-3, "cpu": 1e-4},
+        "batch_size": {"smoke": 16, "cpu": 128},
+    },
+    "GA+FT": {
+        "ga_steps": {"smoke": 2, "cpu": 20},
+        "ga_lr": {"smoke": 1e-3, "cpu": 1e-4},
+        "ft_steps": {"smoke": 3, "cpu": 100},
+        "ft_lr": {"smoke": 0.01, "cpu": 0.01},  # 0.01: 1.0
+        "batch_size": {"smoke": 16, "cpu": 128},
+    },
+    "SalUn": {
+        "steps": {"smoke": 3, "cpu": 80},
+        "lr": {"smoke": 0.013, "cpu": 0.0005},  # 0.013: 50.3, 0.005: 38.7, 0.002: 24.0, 0.001: 16.3, 0.0005: 11.0
+        "batch_size": {"smoke": 16, "cpu": 128},
+    },
+    "SCRUB": {
+        "epochs": {"smoke": 2, "cpu": 3},
+        "msteps": {"smoke": 1, "cpu": 2},
+        "max_steps": {"smoke": 2, "cpu": 8},
+        "min_steps": {"smoke": 2, "cpu": 35},
+        "lr": {"cpu": 5e-4},  # 5e-4: -1.0
+        "batch_size": {"smoke": 16, "cpu": 128},
+    },
+    "BadTeacher": {
+        "epochs": {"smoke": 1, "cpu": 1},
+        "lr": {"cpu": 1e-3},  # 1e-3: 6.0
+        "batch_size": {"smoke": 32, "cpu": 64},
+    },
+    "IncompTeacher": {
+        "epochs": {"smoke": 1, "cpu": 5},
+        "lr": {"cpu": 3e-5},  # 3e-4: 31.3, 1e-4: 21.0, 3e-5: 9.7
+        "batch_size": {"smoke": 16, "cpu": 64},
+    },
+    "NoiseInject": {
+        "noise_batch": {"smoke": 8, "cpu": 64},
+        "noise_steps": {"smoke": 3},
+        "retain_per_class": {"smoke": 5, "cpu": 200},
+        "batch_size": {"smoke": 16, "cpu": 64},
+        "impair_lr": {"cpu": 0.01},  # 0.02: 17.7, 0.01: 14.0, 0.005: 15.3, 0.002: 53.0
+    },
+    "SSD": {
+        "alpha": {"cpu": 200.0},  # 10: 59.3, 25: 63.3, 100: 11.0, 200: -0.7, 500: 0.0
+        "batch_size": {"smoke": 32, "cpu": 128},
+    },
+    "PGU": {
+        "retain_samples": {"smoke": 40, "cpu": 500},
+        "positions": {"smoke": 8, "cpu": 32},
+        "steps": {"smoke": 3, "cpu": 40},
+        "lr": {"smoke": 0.01, "cpu": 0.01},  # 0.01: 2.3
+        "batch_size": {"smoke": 16, "cpu": 128},
+    },
+}
+
+# Allowed range of a hyperparameter by key name; any other key: a learning rate (name holds "lr")
+# is a number > 0, the rest are numbers >= 0.
+HP_RANGES = {
+    "batch_size": dict(low=1), "noise_batch": dict(low=1), "positions": dict(low=1),
+    "retain_samples": dict(low=1), "retain_per_class": dict(low=1), "epochs": dict(low=1),
+    "mask_ratio": dict(low=0.0, high=1.0, closed="right"),
+    "retain_mix": dict(low=0.0, high=1.0, closed="left"),
+    "retain_fraction": dict(low=0.0, high=1.0), "threshold": dict(low=0.0, high=1.0, closed="neither"),
+    "kd_T": dict(low=0.0, closed="neither"), "lam": dict(low=0.0, closed="neither"),
+}
+
+# Profile -> method -> {key: value}: HPARAMS read by profile, the default of SPEC's method_hparams.
+METHOD_HPARAMS: dict[str, dict[str, dict]] = {
+    profile: {m: {k: v[profile] for k, v in keys.items() if profile in v} for m, keys in HPARAMS.items()}
+    for profile in PROFILES
+}
+
+
+def _hparam_schema() -> dict[str, dict[str, Param]]:
+    """Method -> key -> Param, from each unlearning module's DEFAULTS (``seed`` is the chapter's)."""
+    schema = {}
+    for name in METHODS:
+        if name == "Retrain":  # follows the chapter's epochs / batch_size / lr
+            continue
+        defaults = sys.modules[registry.get(name).fn.__module__].DEFAULTS
+        schema[name] = {}
+        for key, v in defaults.items():
+            if key == "seed":
+                continue
+            rng = HP_RANGES.get(key) or (dict(low=0.0, closed="neither") if "lr" in key else dict(low=0))
+            schema[name][key] = Param(type(v), v, doc=f"{name} hyperparameter (memlab.unlearning)", **rng)
+    return schema
+
+
+SPEC: dict[str, Param] = {
+    "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="first seed; seeds are seed, seed+1, ..."),
+    "n_seeds": Param(int, {"smoke": 1, "cpu": 1, "paper": 3}, low=1, high=10, doc="seeds per Table 1 row"),
+    "dataset": Param(str, "cifar10", choices=("cifar10", "cifar100"), doc="CIFAR-100 needs its images (paper)"),
+    "forget_class": Param(int, 0, low=0, doc="first class to forget"),
+    "n_forget_classes": Param(int, 1, low=1, high=10, doc="forget classes forget_class, forget_class+1, ..."),
+    "width": Param(int, {"smoke": 4, "cpu": 8, "paper": 64}, low=1, doc="ResNet-18 stem channels"),
+    "train_per_class": Param(int, {"smoke": 20, "cpu": 1000, "paper": 5000}, low=1, high=5000,
+                             doc="training images per class (CIFAR-10 has 5000, CIFAR-100 500)"),
+    "test_per_class": Param(int, {"smoke": 20, "cpu": 250, "paper": 1000}, low=1, high=1000,
+                            doc="test images of each forget class used for forget accuracy (CIFAR: <= 1000)"),
+    "eval_retain": Param(int, {"smoke": 60, "cpu": 300, "paper": 45000}, low=1,
+                         doc="retain training images for Pre-R / Post-R (capped by the retain set)"),
+    "epochs": Param(int, {"smoke": 2, "cpu": 15, "paper": 182}, low=1, doc="epochs of Original and Retrain"),
+    "batch_size": Param(int, {"smoke": 32, "cpu": 128, "paper": 256}, low=1),
+    "lr": Param(float, {"smoke": 0.05, "cpu": 0.05, "paper": 0.1}, low=1e-8, high=10.0),
+    "methods": Param(list, METHODS, item=str, choices=METHODS, doc="Table 1 rows"),
+    "recal_batch": Param(int, 128, low=1, doc="batch size of the recalibration pass"),
+    "recal_images": Param(int, {"smoke": 0, "cpu": 3000, "paper": 0}, low=0,
+                          doc="retain images of the audit's recalibration (0: every retain image; "
+                              "the paper uses at least 5000)"),
+    "recovery_methods": Param(list, ["BadTeacher", "NoiseInject", "SalUn"], item=str, choices=METHODS),
+    "recovery_b": Param(int, 100, low=1, doc="images of the Figure 1a recovery"),
+    "budgets": Param(list, {"smoke": [10, 50], "cpu": [10, 30, 100, 300],
+                            "paper": [10, 25, 50, 100, 500, 1000, 2500, 5000, 9000]}, item=int, low=1,
+                     doc="recovery budgets B of Figure 1b"),
+    "ood_source": Param(str, {"smoke": "patch_shuffle", "cpu": "patch_shuffle", "paper": "cifar100"},
+                        choices=OOD_SOURCES, doc="out-of-distribution recovery images"),
+    "lp_per_class": Param(int, {"smoke": 10, "cpu": 50, "paper": 50}, low=1, doc="linear-probe training samples per class (LP-50)"),
+    "relearn_samples": Param(int, {"smoke": 10, "cpu": 50, "paper": 50}, low=1,
+                             doc="forget-class samples of the relearning attack"),
+    "relearn_epochs": Param(int, {"smoke": 2, "cpu": 5, "paper": 50}, low=1),
+    "relearn_lr": Param(float, 0.01, low=1e-8, high=10.0),
+    "gn_control": Param(bool, True, doc="train the GroupNorm control"),
+    "gn_epochs": Param(int, {"smoke": 2, "cpu": 5, "paper": 182}, low=1,
+                       doc="epochs of the GroupNorm control's Original and Retrain (cpu: shorter, for time)"),
+    "vit_control": Param(bool, {"smoke": True, "cpu": False, "paper": True},
+                         doc="train the LayerNorm ViT control (Appendix M)"),
+    "vit_dim": Param(int, {"smoke": 32, "cpu": 96, "paper": 384}, low=1, doc="ViT width (ViT-S: 384)"),
+    "vit_depth": Param(int, {"smoke": 1, "cpu": 4, "paper": 12}, low=1, doc="ViT blocks (ViT-S: 12)"),
+    "ga_steps_sweep": Param(list, {"smoke": [1, 2], "cpu": [20, 60, 100], "paper": [100, 200, 300, 400, 500]},
+                            item=int, low=1, doc="Appendix H: GA step counts"),
+    "salun_mix_sweep": Param(list, {"smoke": [0.0, 0.5], "cpu": [0.0, 0.25, 0.5],
+                                    "paper": [0.0, 0.1, 0.25, 0.5, 0.75]}, item=float, low=0.0, high=0.95,
+                             doc="Appendix Q: retain share of SalUn batches"),
+    # Per-method hyperparameters, one entry: set one as -p SalUn.lr 0.01 (METHOD.KEY).
+    "method_hparams": Param(dict, METHOD_HPARAMS, schema=_hparam_schema(),
+                            doc="per-method hyperparameters (profile values over each module's DEFAULTS)"),
+}
+
+# ----------------------------------------------------------------------------- checks
+
+
+def _check_classes(cfg) -> None:
+    k = NUM_CLASSES[cfg.dataset]
+    if cfg.forget_class >= k:
+        raise ConfigError(f"parameter 'forget_class': must be in [0, {k - 1}] for {cfg.dataset} (got {cfg.forget_class})")
+    if cfg.n_forget_classes >= k:  # unlearning needs a retain set
+        raise ConfigError(f"parameter 'n_forget_classes': must leave at least one of the {k} classes of "
+                          f"{cfg.dataset} to retain, so at most {k - 1} (got {cfg.n_forget_classes})")
+    if cfg.forget_class + cfg.n_forget_classes > k:
+        raise ConfigError(f"parameter 'n_forget_classes': forget_class + n_forget_classes must be <= {k} "
+                          f"(got {cfg.forget_class} + {cfg.n_forget_classes})")
+
+
+def _check_budgets(cfg) -> None:
+    k = NUM_CLASSES[cfg.dataset]
+    retain = (k - cfg.n_forget_classes) * cfg.train_per_class
+    pool = (k - cfg.n_forget_classes) * (1000 if cfg.dataset == "cifar10" else 100)  # test images, other classes
+    avail = min(retain, pool)
+    if cfg.recal_images > retain:
+        raise ConfigError(f"parameter 'recal_images': at most the {retain} retain images (got {cfg.recal_images})")
+    for b in [*cfg.budgets, cfg.recovery_b]:
+        if b > avail:
+            raise ConfigError(f"parameter 'budgets': a recovery budget of {b} images exceeds the {avail} available "
+                              f"(retain set {retain}, held-out test pool {pool})")
+
+
+def _check_sizes(cfg) -> None:
+    per_class = {"cifar10": (5000, 1000), "cifar100": (500, 100)}[cfg.dataset]
+    for name, cap in zip(("train_per_class", "test_per_class"), per_class):
+        if cfg[name] > cap:
+            raise ConfigError(f"parameter {name!r}: {cfg.dataset} holds {cap} images per class "
+                              f"(got {cfg[name]})")
+    from memlab.models.resnet import train_memory_bytes
+
+    batch = max(cfg.batch_size, cfg.recal_batch,
+                *(h.get("batch_size", 256) for h in cfg.method_hparams.values()))
+    require_memory("width", train_memory_bytes(cfg.width, batch, NUM_CLASSES[cfg.dataset]),
+                   f"a ResNet-18 of width {cfg.width} at batch {batch}")
+    if cfg.lp_per_class > cfg.train_per_class or cfg.relearn_samples > cfg.train_per_class:
+        raise ConfigError(f"parameter 'lp_per_class': lp_per_class and relearn_samples must be <= train_per_class "
+                          f"({cfg.train_per_class}) (got {cfg.lp_per_class}, {cfg.relearn_samples})")
+
+
+def _check_methods(cfg) -> None:
+    missing = [m for m in cfg.recovery_methods if m not in cfg.methods]
+    if missing:
+        raise ConfigError(f"parameter 'recovery_methods': every recovery method must also be in 'methods' "
+                          f"(missing: {', '.join(missing)})")
+
+
+CHECKS = [_check_classes, _check_sizes, _check_methods, _check_budgets]

@@ -1,0 +1,191 @@
+"""Chapter 1's tables: the paper's tables and figures' data, and the metric groups the page records.
+
+Each ``*_metrics`` function returns the dict the notebook records with ``run.record(**...)``; the
+other functions return the DataFrames it shows (Table 1's summary, Table 2's decomposition, Figure
+1a, the regime table, the correlations of Section 4).
+"""
+from __future__ import annotations
+
+import pandas as pd
+from torch import nn
+
+from memlab import bn
+from memlab.metrics import correlation_tests, wilson_interval
+from memlab.train import accuracy
+
+from .stages import Data, forget_accuracy, recovered_accuracy, retain_accuracy
+
+
+def regime(models: dict[str, nn.Module], data: Data) -> pd.DataFrame:
+    """The regime table: per model, accuracy (%) on retain training images (Pre-R), on the
+    balanced test set (``test_per_class`` images of every class) and on the forget-class test
+    images, with the image counts and 95% Wilson intervals of the first two."""
+    rows = {}
+    n_r, n_t, n_f = len(data.eval_retain_y), len(data.test_y), len(data.test_forget_y)
+    for name, model in models.items():
+        r, t, f = retain_accuracy(model, data), 100.0 * accuracy(model, data.test_x, data.test_y), \
+            forget_accuracy(model, data)
+        lo_r, hi_r = wilson_interval(int(round(r * n_r / 100)), n_r)
+        lo_t, hi_t = wilson_interval(int(round(t * n_t / 100)), n_t)
+        rows[name] = {"train acc (retain)": r, "test acc": t, "forget-class test acc": f,
+                      "train 95% CI": f"{100 * lo_r:.1f}-{100 * hi_r:.1f}",
+                      "test 95% CI": f"{100 * lo_t:.1f}-{100 * hi_t:.1f}"}
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.attrs.update(n_retain=n_r, n_test=n_t, n_forget=n_f)
+    return out
+
+
+METRICS = ["Pre-F", "Post-F", "ΔF", "Pre-R", "Post-R", "LP-50", "ReAUC"]
+
+
+def summarise(long: pd.DataFrame, metrics: list[str] = METRICS, with_std: bool | None = None) -> pd.DataFrame:
+    """Mean over seeds per method (rows in table order); adds '<metric> std' columns when seeds > 1."""
+    order = list(dict.fromkeys(long["method"]))
+    g = long.groupby("method", sort=False)
+    out = g[metrics].mean().reindex(order)
+    out.insert(0, "BN mode", g["bn_mode"].first().reindex(order))
+    show_std = long["seed"].nunique() > 1 if with_std is None else with_std
+    if show_std:
+        std = g[metrics].std(ddof=1).reindex(order).add_suffix(" std")
+        out = out.join(std)
+    out.index.name = None
+    return out
+
+
+def lp_decomposition(summary_long: pd.DataFrame) -> pd.DataFrame:
+    """Table 2: LP(M) - LP(M_cal) (BN-residual) and LP(M_cal) - LP(Retrain) (NC-residual), in pp, first seed."""
+    first = summary_long[summary_long["seed"] == summary_long["seed"].min()].set_index("method")
+    lp_retr = first.loc["Retrain", "LP-50"]
+    rows = {}
+    for m, r in first.iterrows():
+        if m in ("Original", "Retrain"):
+            continue
+        rows[m] = {"LP": r["LP-50"], "LP (recal)": r["LP-50 (recal)"],
+                   "BN-residual": r["LP-50"] - r["LP-50 (recal)"], "NC-residual": r["LP-50 (recal)"] - lp_retr,
+                   "LP - LP_retrain": r["LP-50"] - lp_retr}
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.attrs["LP_retrain"] = float(lp_retr)
+    return out
+
+
+def figure1a_table(cfg, data: Data, models: dict, long: pd.DataFrame) -> pd.DataFrame:
+    """Per method: forget accuracy before, after a ``recovery_b``-image test-pool recovery, after full recalibration."""
+    rows = {}
+    first = long[(long["seed"] == cfg.seed) & (long["norm"] == "bn")].set_index("method")
+    for m in first.index:
+        if m == "Original":
+            continue
+        model, _ = models[(m, cfg.seed)]
+        rows[m] = {"before": first.loc[m, "Pre-F"],
+                   f"B={cfg.recovery_b} (test pool)": recovered_accuracy(model, data, "test", cfg.recovery_b, cfg.seed,
+                                                                         cfg.recal_batch),
+                   "audit recalibration": first.loc[m, "Post-F"]}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def correlations(summary: pd.DataFrame, x: str = "Post-F", ys: tuple[str, ...] = ("ReAUC", "LP-50")) -> pd.DataFrame:
+    """Pearson, Spearman and Kendall of ``x`` with each of ``ys`` over the methods (rows) of ``summary``
+    (:func:`memlab.metrics.correlation_tests`; rows with a missing value are left out)."""
+    rows = []
+    for y in ys:
+        d = summary[[x, y]].dropna()
+        tests = correlation_tests(d[x].to_numpy(), d[y].to_numpy())
+        for name, (r, p) in tests.items():
+            rows.append({"x": x, "y": y, "test": name, "statistic": r, "p-value": p, "n": len(d)})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- recorded metric groups
+
+
+def data_metrics(data: Data, original: dict) -> dict:
+    """``original`` (its audit row), ``forget_classes``, ``ood_source`` and the image counts ``sizes``."""
+    return dict(original=original, forget_classes=data.forget_classes, ood_source=data.ood_note,
+                sizes={"forget_test": len(data.test_forget_y), "eval_retain": len(data.eval_retain_y),
+                       "test": len(data.test_y)})
+
+
+REGIME_COLUMNS = ["train acc (retain)", "test acc", "forget-class test acc"]
+
+
+def regime_metrics(reg: pd.DataFrame) -> dict:
+    """``regime``: the accuracies (%) of the regime table per model."""
+    return dict(regime=reg[REGIME_COLUMNS].to_dict(orient="index"))
+
+
+def _float_rows(summary: pd.DataFrame) -> dict:
+    """Method -> metric -> float of a :func:`summarise` table (its BN-mode column left out)."""
+    return {m: {k: float(v) for k, v in r.items() if k != "BN mode"} for m, r in summary.iterrows()}
+
+
+def table1_metrics(summary: pd.DataFrame, long: pd.DataFrame) -> dict:
+    """``table1`` (method -> metric), ``bn_modes`` and every row's ``relearn_curves`` (``method/seedN``)."""
+    return dict(table1=_float_rows(summary), bn_modes=summary["BN mode"].to_dict(),
+                relearn_curves={f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()})
+
+
+def recal_metrics(models: dict) -> dict:
+    """Whether every recalibrated model kept its weights (Theorem 1), and how many were checked."""
+    checked = [bn.weights_equal(m, c) for m, c in models.values()]
+    return dict(recal_weights_unchanged=all(checked), recal_models_checked=len(checked))
+
+
+def table2_metrics(table2: pd.DataFrame, dataset: str) -> dict:
+    """``table2`` (method -> LP columns), and ``table2_cifar100`` when ``dataset`` is CIFAR-100."""
+    out = dict(table2=table2.to_dict(orient="index"))
+    if dataset == "cifar100":
+        out["table2_cifar100"] = table2.to_dict(orient="index")
+    return out
+
+
+def figure1a_metrics(fig1a: pd.DataFrame) -> dict:
+    """``figure1a``: the :func:`figure1a_table` rows (method -> forget accuracy, %)."""
+    return dict(figure1a=fig1a.to_dict(orient="index"))
+
+
+def figure1b_table(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Figure 1b as a table: mean forget accuracy (%) per (method, source) row and budget column."""
+    return sweep.groupby(["method", "source", "budget"])["forget_acc"].mean().unstack("budget")
+
+
+def figure1b_metrics(sweep: pd.DataFrame, budgets: list[int]) -> dict:
+    """``figure1b`` (the table's records), ``recovery_b10_test`` (test-pool recovery at the smallest
+    budget, per method) and ``smallest_budget``."""
+    smallest = min(budgets)
+    b10 = sweep[(sweep["budget"] == smallest) & (sweep["source"] == "test")].groupby("method")["forget_acc"].mean()
+    return dict(figure1b=figure1b_table(sweep).reset_index().to_dict(orient="records"),
+                recovery_b10_test=b10.to_dict(), smallest_budget=smallest)
+
+
+def gn_metrics(gn: pd.DataFrame) -> dict:
+    """``gn_table``: the GroupNorm control's summary (method -> metric)."""
+    return dict(gn_table=_float_rows(gn))
+
+
+def vit_metrics(vit: pd.DataFrame) -> dict:
+    """``vit_table``: the ViT control's audit rows (method -> metric)."""
+    return dict(vit_table=vit.drop(columns=["weights unchanged"]).to_dict(orient="index"))
+
+
+def correlation_metrics(corr: pd.DataFrame) -> dict:
+    """``correlations``: one record per (y, test)."""
+    return dict(correlations=corr.to_dict(orient="records"))
+
+
+def appendix_h_metrics(app_h: pd.DataFrame) -> dict:
+    """``appendix_h``: the GA step sweep's audit rows keyed by the step count as text."""
+    return dict(appendix_h={str(k): r for k, r in app_h.to_dict(orient="index").items()})
+
+
+def appendix_q_metrics(app_q: pd.DataFrame) -> dict:
+    """``appendix_q``: the SalUn retain-share sweep's audit rows keyed by the share as text (``"0.25"``)."""
+    return dict(appendix_q={str(float(k)): r for k, r in app_q.to_dict(orient="index").items()})
+
+
+def misalignment_metrics(mis: pd.DataFrame) -> dict:
+    """``misalignment``: per method, the mean and largest gap before and the mean after (Figure 2)."""
+    return dict(misalignment={
+        "before_mean": mis.groupby("method")["before"].mean().to_dict(),
+        "before_max": mis.groupby("method")["before"].max().to_dict(),
+        "after_mean": mis.groupby("method")["after"].mean().to_dict(),
+    })

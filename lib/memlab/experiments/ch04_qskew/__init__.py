@@ -1,0 +1,42 @@
+"""Chapter 4 (Q-Skew): membership inference and PII reconstruction on fine-tuned diffusion LMs.
+
+``notebooks/04_qskew.py`` runs it as ``from memlab.experiments import ch04_qskew as ch``; every name it
+and the tests use is re-exported here. The package holds:
+
+* :mod:`.spec`: parameters (``SPEC``, ``CHECKS``), the chapter id, the context guard, metric columns;
+* :mod:`.stages`: tokenizer, cached base/instruct and fine-tuned models, the experiments' runs;
+* :mod:`.tables`: the paper's tables and the metric groups the notebook records;
+* :mod:`.claims`: metric keys and the claims' predicates.
+
+The scores live in :mod:`memlab.mia` (with the PII attack, :func:`memlab.mia.reconstruct_pii`), the
+ROC rows, AUC band and context regime in :mod:`memlab.metrics`, the tokenizer adapters and LoRA
+loading in :mod:`memlab.models.diffusion_lm`, the WikiText parsing and token blocks in
+:mod:`memlab.data.text`.
+"""
+from memlab.data.text import INSTRUCTION_PROMPT as PROMPT
+from memlab.data.text import instruction_pairs, perturb, stream_blocks
+from memlab.metrics import auc_variance
+from memlab.mia import pii_memorisation
+from memlab.models.diffusion_lm import Codec
+
+from .claims import HEADLINE, MEASURED, METRIC_KEYS, auc_diff_band, best_baseline, claims
+from .spec import CHAPTER, CHECKS, CODE_VERSION, FPRS, METRICS, SPEC, ContextGuardError, check_context
+from .stages import (REGIME_BLOCKS, DomainRuns, InstructionRuns, RunMetrics, Setup, _metrics,
+                     asymmetry_experiment, domain_experiment, finetune, instruction_experiment, model_paths,
+                     pii_experiment, prepare, regime)
+from .tables import (TABLE4_SIDES, ablation_metrics, asymmetry_metrics, delta_metrics, delta_table,
+                     domain_metrics, figure2_table, instruction_metrics, mean_table, na_cells, pii_metrics,
+                     pooled_deltas, regime_table, supported, sweep_metrics, table1, table2, table4,
+                     table4_metrics, table5, table6, closing_regime)
+
+__all__ = [
+    "CHAPTER", "CHECKS", "CODE_VERSION", "FPRS", "HEADLINE", "MEASURED", "METRICS", "METRIC_KEYS", "PROMPT",
+    "REGIME_BLOCKS", "SPEC", "TABLE4_SIDES", "Codec", "ContextGuardError", "DomainRuns", "InstructionRuns",
+    "RunMetrics", "Setup", "_metrics", "ablation_metrics", "asymmetry_experiment", "asymmetry_metrics",
+    "auc_diff_band", "auc_variance", "best_baseline", "check_context", "claims", "closing_regime", "delta_metrics",
+    "delta_table", "domain_experiment", "domain_metrics", "figure2_table", "finetune", "instruction_experiment",
+    "instruction_metrics", "instruction_pairs", "mean_table", "model_paths", "na_cells", "perturb",
+    "pii_experiment", "pii_memorisation", "pii_metrics", "pooled_deltas", "prepare", "regime", "regime_table",
+    "stream_blocks", "supported", "sweep_metrics", "table1", "table2", "table4", "table4_metrics", "table5",
+    "table6",
+]

@@ -1,0 +1,226 @@
+"""Chapter 4 (Q-Skew) tables: one function per paper table (Tables 1-6, Figure 2's and the regime's
+numbers) and one per recorded metric group, returning what the notebook records
+(``run.record(**...)``) and shows. Every value is in % unless a column says otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from memlab import metrics, mia
+
+from .spec import FPRS, METRICS
+from .stages import DomainRuns, InstructionRuns, Setup, model_paths
+
+
+# ----------------------------------------------------------------------------- cells and means
+
+def supported(metric: str, n_nonmembers: int, min_fp: int) -> bool:
+    """Whether ``n_nonmembers`` support a TPR column (``FPRS``): >= ``min_fp`` false positives allowed.
+
+    AUC is always supported (:func:`memlab.metrics.tpr_supported`).
+    """
+    return metric not in FPRS or metrics.tpr_supported(FPRS[metric], n_nonmembers, min_fp)
+
+
+def na_cells(table: pd.DataFrame, n_nonmembers: int, min_fp: int) -> pd.DataFrame:
+    """``table`` (ours, or side-by-side) with unsupported TPR cells of ours written "n/a (n non-members)"."""
+    out = table.copy().astype(object)
+    for col in out.columns:
+        metric, src = (col if isinstance(col, tuple) else (col, "ours"))
+        if src == "ours" and not supported(metric, n_nonmembers, min_fp):
+            out[col] = f"n/a ({n_nonmembers} non-members)"
+    return out
+
+
+def mean_table(per_run: list[dict], rows=None) -> pd.DataFrame:
+    """Mean over runs of {method: {metric: value}} as a DataFrame (rows = method labels, %)."""
+    rows = rows or list(per_run[0])
+    data = {mia.LABELS.get(r, r): {m: float(np.mean([run[r][m] for run in per_run])) for m in METRICS} for r in rows}
+    return pd.DataFrame.from_dict(data, orient="index")[list(METRICS)]
+
+
+def regime_table(setup: Setup) -> pd.DataFrame:
+    """The regime table: the base's masked NLL beside a unigram model's, per corpus, with the paper's models.
+
+    The paper's models (LLaDA-8B, Dream-7B) report no masked NLL; their rows carry
+    only what the paper says of them.
+    """
+    cfg = setup.cfg
+    names = {"same": "same domain: WikiText-2 valid", "gap": "domain gap: stdlib docstrings"}
+    if cfg.backbone == "tiny":
+        who = f"ours ({cfg.backbone}, {setup.info.get('params', 0) / 1e6:.2f}M params)"
+    else:
+        who = f"ours ({model_paths(cfg)[0]})"
+    rows = {}
+    for name, r in setup.regime.items():
+        rows[f"{who}, {names[name]}"] = {
+            "pre-training": f"WikiText-2 test, {cfg.pretrain_steps} x 32 blocks" if cfg.backbone == "tiny"
+            else "the checkpoint's", "block length": cfg.block_len,
+            f"masked NLL at rho={cfg.rho:g}": round(r["base masked NLL"], 3),
+            "unigram NLL": round(r["unigram NLL"], 3), "gain over unigram": round(r["context gain"], 3)}
+    for name, what in (("LLaDA-8B-Base (paper)", "web-scale pre-training"),
+                       ("Dream-v0-Base-7B (paper)", "adapted from an autoregressive LM")):
+        rows[name] = {"pre-training": what, "block length": "–",
+                      f"masked NLL at rho={cfg.rho:g}": "not reported", "unigram NLL": "–",
+                      "gain over unigram": "–"}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# ----------------------------------------------------------------------------- paper tables
+
+def table1(dom: DomainRuns) -> pd.DataFrame:
+    """Table 1 (domain fine-tuning): every score's AUC and TPRs (%), mean over runs."""
+    return mean_table(dom.main)
+
+
+def table2(ift: InstructionRuns) -> pd.DataFrame:
+    """Table 2 (instruction fine-tuning): every score's AUC and TPRs (%), mean over runs."""
+    return mean_table(ift.main)
+
+
+def figure2_table(dom: DomainRuns) -> pd.DataFrame:
+    """Figure 2: AUC (%) by fine-tuning epochs (columns) and score label (rows), mean over runs."""
+    epochs = sorted(dom.sweep)
+    names = list(dom.sweep[epochs[0]][0])
+    return pd.DataFrame({e: {mia.LABELS[n]: float(np.mean([run[n]["AUC"] for run in dom.sweep[e]]))
+                             for n in names} for e in epochs})
+
+
+# side -> (heading, key of the paper's table in data/papers/04_qskew.yaml)
+TABLE4_SIDES = {"base": ("base (domain)", "table4_base"),
+                "instruct": ("instruct (instruction)", "table4_instruct")}
+
+
+def table4(dom: DomainRuns, ift: InstructionRuns, scores) -> dict[str, pd.DataFrame]:
+    """Table 4 (mismatched references), one frame per side ("base", "instruct"); empty without Q-Skew.
+
+    Rows: Q-Skew with the golden, the other-variant and the para-modification
+    reference, and SAMA with its reference when ``"sama"`` is among ``scores``.
+    """
+    if not dom.ref_instruct:
+        return {}
+    out = {}
+    for side, golden, other, para in (("base", dom.main, dom.ref_instruct, dom.ref_para),
+                                      ("instruct", ift.main, ift.ref_base, ift.ref_para)):
+        t = pd.concat([mean_table(golden, ["qskew"]).rename(index={"Q-Skew": "Golden reference"}),
+                       mean_table(other, ["qskew"]).rename(index={"Q-Skew": "Other-variant reference"}),
+                       mean_table(para, ["qskew"]).rename(index={"Q-Skew": "Para-modification reference"})])
+        if "sama" in scores:
+            t = pd.concat([t, mean_table(golden, ["sama"]).rename(index={"SAMA": "SAMA (w/ Ref)"})])
+        out[side] = t
+    return out
+
+
+def table5(dom: DomainRuns) -> pd.DataFrame | None:
+    """Table 5 (ablation of Q-Skew's parts), mean over runs; None when Q-Skew was not scored."""
+    return mean_table(dom.ablation) if dom.ablation else None
+
+
+def table6(pii: dict) -> pd.DataFrame:
+    """Table 6 (PII reconstruction): per ranking, the phone and e-mail attack success rates (%) and
+    hits (``k/n``), with the share of targets whose truth is among the candidates (the upper bound)."""
+    hits, oracle, n = pii["hits"], pii["oracle"], pii["n"]
+    table = pd.DataFrame({m: {"Phone ASR": 100 * hits[m]["phone"] / n, "Email ASR": 100 * hits[m]["email"] / n,
+                              "Phone hits": f"{hits[m]['phone']}/{n}", "Email hits": f"{hits[m]['email']}/{n}"}
+                          for m in hits}).T
+    table.loc["truth among candidates (upper bound)"] = [100 * oracle["phone"] / n, 100 * oracle["email"] / n,
+                                                         f"{oracle['phone']}/{n}", f"{oracle['email']}/{n}"]
+    return table
+
+
+def pooled_deltas(examples: dict) -> dict[int, np.ndarray]:
+    """Run 0's per-token differences Delta (nats) pooled by label: {1: members', 0: non-members'}."""
+    pairs = list(zip(examples["deltas"], examples["labels"]))
+    return {lab: np.concatenate([x for x, y in pairs if y == lab]) for lab in (1, 0)}
+
+
+def delta_table(examples: dict) -> pd.DataFrame:
+    """Mean, median, skewness and pooled Q-Skew of the pooled Delta, rows members and non-members."""
+    from scipy.stats import skew
+
+    pooled = pooled_deltas(examples)
+    return pd.DataFrame({name: {"mean": v.mean(), "median": np.median(v), "skewness": skew(v),
+                                "Q-Skew (pooled)": mia.qskew(v)}
+                         for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
+
+
+# ----------------------------------------------------------------------------- recorded metric groups
+# Each returns {metric key: value} for ``run.record(**...)``; the keys are claims.METRIC_KEYS.
+
+def domain_metrics(ours: dict[str, pd.DataFrame]) -> dict:
+    """``domain``: Table 1 per domain setting, {setting: {score label: {metric: %}}}."""
+    return {"domain": {d: t.to_dict(orient="index") for d, t in ours.items()}}
+
+
+def delta_metrics(delta_rows: dict[str, pd.DataFrame]) -> dict:
+    """``delta_stats``: :func:`delta_table` per domain setting."""
+    return {"delta_stats": {d: t.to_dict(orient="index") for d, t in delta_rows.items()}}
+
+
+def instruction_metrics(ours: pd.DataFrame) -> dict:
+    """``instruction``: Table 2, {score label: {metric: %}}."""
+    return {"instruction": ours.to_dict(orient="index")}
+
+
+def sweep_metrics(sweeps: dict[str, pd.DataFrame]) -> dict:
+    """``epochs_sweep_auc``: Figure 2 per domain setting, {setting: {str(epochs): {score label: AUC %}}}."""
+    return {"epochs_sweep_auc": {d: {str(e): s[e].to_dict() for e in s.columns} for d, s in sweeps.items()}}
+
+
+def table4_metrics(t4: dict[str, dict[str, pd.DataFrame]]) -> dict:
+    """``table4_base`` per domain setting and ``table4_instruct`` (the same in every setting); {} without Q-Skew."""
+    if not any(t4.values()):
+        return {}
+    first = next(t for t in t4.values() if t)
+    return {"table4_base": {d: t["base"].to_dict(orient="index") for d, t in t4.items() if t},
+            "table4_instruct": first["instruct"].to_dict(orient="index")}
+
+
+def ablation_metrics(ours: dict[str, pd.DataFrame]) -> dict:
+    """``ablation``: Table 5 per domain setting; {} when no setting has one."""
+    return {"ablation": {d: t.to_dict(orient="index") for d, t in ours.items()}} if ours else {}
+
+
+def asymmetry_metrics(asym: dict) -> dict:
+    """``asymmetry``: Figure 1's summary rows, {mask ratio: {column: value}} (gains in nats)."""
+    return {"asymmetry": asym["table"].to_dict(orient="index")}
+
+
+def pii_metrics(pii: dict, cfg) -> dict:
+    """``pii``: Table 6's hits and oracle counts, the targets per kind, the CE mask share, the PII
+    fine-tuning epochs and the memorisation NLLs (nats/token)."""
+    return {"pii": {"hits": pii["hits"], "oracle": pii["oracle"], "targets_per_kind": pii["n"],
+                    "ce_mask_share": cfg.pii_ce_share, "epochs": cfg.pii_epochs,
+                    "memorisation": pii["memorisation"].to_dict(orient="index")}}
+
+
+def closing_regime(m: dict, ours_dft: dict[str, pd.DataFrame], context_margin: float) -> str:
+    """The closing section's regime paragraphs (markdown str): the base's context gain (nats) on its own
+    domain and on the docstrings, and Calibration against Q-Skew (AUC %) in the two domain settings."""
+    reg = m["regime"]["same"]
+    lines = [f"**The regime.** The base's masked NLL on its own domain is"
+             f" {reg['base masked NLL']:.2f} nats against {reg['unigram NLL']:.2f} for a unigram"
+             f" model ({reg['context gain']:.2f} nats of context used)."]
+    if "gap" in m["regime"]:
+        g = m["regime"]["gap"]
+        lines.append(
+            f"On the docstrings it is {g['base masked NLL']:.2f} nats against"
+            f" {g['unigram NLL']:.2f} for the unigram ({g['context gain']:+.2f}): "
+            + ("the base reads no context there, a wider gap than LLaDA's (web-scale"
+               " pre-training) facing WikiText, so in this setting fine-tuning first"
+               " teaches the domain to members and non-members alike."
+               if g["context gain"] < context_margin else "the base reads context on the new domain too."))
+    if len(ours_dft) > 1:
+        cal = {d: t.loc["Calibration", "AUC"] for d, t in ours_dft.items() if "Calibration" in t.index}
+        qs_ = {d: t.loc["Q-Skew", "AUC"] for d, t in ours_dft.items() if "Q-Skew" in t.index}
+        if cal and qs_:
+            lines.append(
+                "**Same domain against domain gap.** Calibration: "
+                + ", ".join(f"{d} {a:.1f}" for d, a in cal.items())
+                + "; Q-Skew: " + ", ".join(f"{d} {a:.1f}" for d, a in qs_.items())
+                + " (AUC, %). The paper explains Calibration's weakness on LLaDA by the"
+                " noise that adapting to a new domain adds to every sequence's loss"
+                " difference; the domain-gap setting is where that explanation can be"
+                " tested here.")
+    return "\n\n".join(lines)
