@@ -16,6 +16,11 @@
 # %% [markdown]
 # # The BatchNorm illusion in unlearning evaluation
 #
+# ```{glue:md} 01_bn_illusion-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # This chapter re-runs the experiments of the BN-illusion paper {cite}`bnillusion`.
 # Approximate unlearning methods are usually judged by the accuracy of the unlearned
 # model on the forgotten class. On a network with BatchNorm {cite}`ioffe2015batchnorm`
@@ -627,6 +632,7 @@ pagekit.closing_summary(
     f"All of it comes from one seed of a width-{cfg.width} ResNet-18 whose original"
     f" knew the forget class at {orig_audit['Pre-F']:.0f}% (the paper's: about 98%),"
     " so every gap is smaller than the paper's by construction.",
+    chapter=CH,
 )
 
 # %% [markdown]

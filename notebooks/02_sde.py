@@ -16,6 +16,11 @@
 # %% [markdown]
 # # Split-half dependence evaluation of unlearning
 #
+# ```{glue:md} 02_sde-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # Has a model really forgotten a subset of its training data? Comparing it with a model
 # retrained without that subset defeats the purpose of unlearning, and sample-level
 # membership attacks are weak once only a few percent of the data is removed.
@@ -457,7 +462,7 @@ verdicts = pagekit.judge(ch.claims(), run)
 # counted apart); the page cost {glue:}`02_sde-cold-cpu-min` CPU-minutes cold.
 
 # %% tags=["hide-input"]
-pagekit.closing_summary(verdicts, ch.closing_regime(sensitivity, identity, main))
+pagekit.closing_summary(verdicts, ch.closing_regime(sensitivity, identity, main), chapter=CH)
 
 # %% [markdown]
 # **Exercises for this chapter:** {ref}`exercises-02-sde` ({doc}`student notebook <../exercises/02_sde>`), autograded with otter-grader; instructors see {doc}`../instructor`.

@@ -16,6 +16,11 @@
 # %% [markdown]
 # # Auditing reasoning-trace memorization after unlearning
 #
+# ```{glue:md} 03_canary_audit-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # Reasoning models write a thinking trace before they answer: `<think> trace </think> answer`.
 # Unlearning evaluations of such models sometimes find a **bypass** pattern: the answer looks
 # unlearned, yet the model's own trace still emits the forgotten content. The gap between
@@ -641,7 +646,7 @@ verdicts = pagekit.judge(ch.claims(), run)
 
 # %% tags=["remove-input"]
 pagekit.closing_summary(
-    verdicts, ch.regime_sentence(AUDIT, bio[cfg.seeds[0]]["summary"][0])
+    verdicts, ch.regime_sentence(AUDIT, bio[cfg.seeds[0]]["summary"][0]), chapter=CH
 )
 
 # %% [markdown]

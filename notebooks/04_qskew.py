@@ -16,6 +16,11 @@
 # %% [markdown]
 # # Q-Skew membership inference on diffusion language models
 #
+# ```{glue:md} 04_qskew-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # Masked diffusion language models such as LLaDA {cite}`nie2025llada` and Dream {cite}`ye2025dream`
 # are trained to fill in randomly masked tokens. The paper {cite}`qskew` argues that this makes
 # fine-tuning memorise a sequence *unevenly*: a token is trained only when it happens to be masked,
@@ -501,7 +506,7 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
 
 # %% tags=["remove-input"]
 regime = ch.closing_regime(run.metrics, ours_dft, cfg.context_margin)
-pagekit.closing_summary(verdicts, regime)
+pagekit.closing_summary(verdicts, regime, chapter=CH)
 
 # %% [markdown]
 # **Cost.** At `cpu`, pre-training the base (4000 batches) and its instruct variant is the first

@@ -16,6 +16,11 @@
 # %% [markdown]
 # # How much do language models memorize?
 #
+# ```{glue:md} 05_capacity-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # {cite}`morris2025memorize` measure memorisation as compression. If a model $\hat\theta$ lets us
 # arithmetic-code a sample $x$ in fewer bits than a reference model $\theta$ that stands for
 # what is *generalisable*, the difference is what $\hat\theta$ memorised about $x$:

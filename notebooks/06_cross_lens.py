@@ -16,6 +16,11 @@
 # %% [markdown]
 # # One model, many lenses
 #
+# ```{glue:md} 06_cross_lens-findings
+# :format: myst
+# ```
+
+# %% [markdown]
 # Each of the five papers brings its own way of looking at memorisation: forget accuracy
 # after BatchNorm recalibration {cite}`bnillusion`, split-half dependence {cite}`sde2026`,
 # the parser-split gap and teacher-forced probes {cite}`canaryaudit`, membership scores

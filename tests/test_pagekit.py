@@ -60,3 +60,45 @@ def test_the_cost_glue_adds_the_cold_training_to_this_runs_cpu_time(monkeypatch)
     assert glued == {"99_x-run-cpu-min": 1.0, "99_x-run-wall-min": 2.0, "99_x-cold-cpu-min": 10.0}
     with pytest.raises(ValueError, match="cold_train_cpu_s"):
         pagekit.glue_cost(FakeRun(), cold_train_cpu_s=-1)
+
+
+def _claim(key, verdict, text, evidence, kind=paper.CLAIM):
+    return {"key": key, "claim": text, "verdict": verdict, "kind": kind, "evidence": evidence}
+
+
+FINDINGS = [_claim("a", paper.REPRODUCED, "Gap of |dF| <= 2 pp", "dF = +1.5 ± 0.3 pp (p_value 0.01)"),
+            _claim("b", paper.NOT_JUDGED, "Six of nine methods flip.", "margin -0.1 inside ±0.2"),
+            _claim("c", paper.NOT_REPRODUCED, "Not a headline", "x"),
+            _claim("s", paper.REPRODUCED, "By construction", "", kind=paper.SANITY)]
+
+
+def test_the_findings_box_lists_the_headline_claims_with_our_numbers_and_every_count():
+    text = pagekit.findings_markdown(FINDINGS, ["b", "a"], regime="Our model knows 66 % (paper ~98 %).")
+    lines = text.splitlines()
+    assert lines[0] == ":::{admonition} What holds here" and lines[-1] == ":::"
+    bullets = [line for line in lines if line.startswith("- ")]
+    # headline order; the claim's words and evidence shown as typed (Markdown escaped)
+    assert bullets == ["- \u2248 **Not judged.** Six of nine methods flip. *Ours:* margin -0.1 inside ±0.2",
+                       "- \u2713 **Reproduced.** Gap of \\|dF\\| \\<= 2 pp. *Ours:* dF = +1.5 ± 0.3 pp (p\\_value 0.01)"]
+    assert "**Regime.** Our model knows 66 % (paper \\~98 %)." in text  # shown as "~98 %"
+    assert ("Of the paper's 3 claims on this page: 1 reproduced, 1 not reproduced, 1 not judged (inside the "
+            "noise, or a precondition failed), 0 not run at this profile; 1 sanity check (true by "
+            "construction) apart.") in text
+    with pytest.raises(ValueError, match=r"headline claims \['zz'\]"):
+        pagekit.findings_markdown(FINDINGS, ["zz"])
+
+
+def test_every_chapter_names_headline_claims_that_it_judges():
+    from memlab import config
+    from memlab.chapters import CHAPTERS
+
+    for chapter in CHAPTERS:
+        keys = pagekit.headline_keys(chapter)
+        claims = {c.key for c in config.chapter_module(chapter).claims()}
+        assert 3 <= len(keys) <= 6 and set(keys) <= claims, chapter
+        assert len(set(keys)) == len(keys)
+
+
+def test_md_escape_leaves_plain_text_alone():
+    assert pagekit.md_escape("Pearson r = 0.998, p < 0.05") == "Pearson r = 0.998, p \\< 0.05"
+    assert pagekit.md_escape("plain words 1-2") == "plain words 1-2"

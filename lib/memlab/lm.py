@@ -16,6 +16,7 @@ import torch
 
 from memlab.config import autocast
 from memlab.progress import progress
+from memlab.train import optimizer_step
 
 Example = tuple[list[int], list[bool]]
 
@@ -102,11 +103,7 @@ def train_lm(model, examples: Sequence[Example], *, steps: int, batch_size: int,
         ids, att, mask = (t.to(dev) for t in pad_batch([examples[i] for i in pick], pad_id, max_len))
         with autocast(dev):
             loss = mean_token_nll(model, ids, att, mask)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        sched.step()
+        optimizer_step(loss, opt, sched, params, max_grad_norm=1.0)
         losses.append(float(loss.detach()))
     model.eval()
     return losses

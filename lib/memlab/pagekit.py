@@ -70,12 +70,85 @@ def glue_counts(chapter: str, verdicts: Sequence[dict]) -> dict[str, int]:
     return n
 
 
+def headline_keys(chapter: str) -> list[str]:
+    """The paper's headline claims of ``chapter``: ``findings: headline:`` in ``data/papers/<chapter>.yaml``."""
+    keys = (paper.load(chapter).get("findings") or {}).get("headline") or []
+    if not all(isinstance(k, str) for k in keys):
+        raise ValueError(f"data/papers/{chapter}.yaml: findings: headline must be a list of claim keys")
+    return list(keys)
+
+
+def counts_sentence(n: dict[str, int], what: str = "the paper's claims") -> str:
+    """``n`` (see :func:`counts`) in words: every verdict named, sanity checks apart.
+
+    ``what`` names what was judged, possessive first ("the paper's claims", "the book's hypotheses").
+    """
+    total = sum(n[v] for v in paper.VERDICTS)
+    parts = [f"{n[paper.REPRODUCED]} reproduced", f"{n[paper.NOT_REPRODUCED]} not reproduced",
+             f"{n[paper.NOT_JUDGED]} not judged (inside the noise, or a precondition failed)",
+             f"{n[paper.NOT_RUN]} not run at this profile"]
+    sanity = f"; {n['sanity']} sanity check{'s' if n['sanity'] != 1 else ''} (true by construction) apart" \
+        if n["sanity"] else ""
+    owner, _, noun = what.rpartition(" ")
+    return f"Of {owner} {total} {noun} on this page: {', '.join(parts)}{sanity}."
+
+
+_MD_SPECIAL = set("\\`*_[]<>{}$#|~")
+
+
+def md_escape(text: str) -> str:
+    """``text`` with Markdown's special characters backslash-escaped, so it shows as typed."""
+    return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in str(text))
+
+
+def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime: str = "",
+                      what: str = "the paper's claims") -> str:
+    """The box a chapter opens with: each headline claim's verdict and our numbers, the regime, the counts.
+
+    ``headline``: claim keys in the order to show (unknown keys raise ValueError: a typo in the
+    yaml). Every number comes from ``verdicts`` (the claims' evidence), none is typed by hand.
+    """
+    by_key = {v["key"]: v for v in verdicts}
+    unknown = [k for k in headline if k not in by_key]
+    if unknown:
+        raise ValueError(f"findings: headline claims {unknown} are not among this chapter's claims "
+                         f"({', '.join(by_key)})")
+    lines = [":::{admonition} What holds here\n:class: memlab-findings\n"]
+    for k in headline:
+        v = by_key[k]
+        evidence = md_escape(paper.ClaimsTable._evidence(v))
+        claim = str(v["claim"])
+        lines.append(f"- {paper.VERDICT_MARKS[v['verdict']]} **{v['verdict'].capitalize()}.** {md_escape(claim)}"
+                     f"{'' if claim.endswith('.') else '.'} *Ours:* {evidence}")
+    lines.append("")
+    if regime:
+        lines += [f"**Regime.** {md_escape(regime)}", ""]
+    lines.append(counts_sentence(counts(verdicts), what) + " The claims table below gives every claim "
+                 "with its noise band and the reason where one did not reproduce.")
+    lines.append(":::")
+    return "\n".join(lines)
+
+
+def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> str:
+    """Glue :func:`findings_markdown` as ``<chapter>-findings`` (the page shows it at the top)."""
+    from IPython.display import Markdown
+
+    from memlab.chapters import CHAPTERS
+
+    hypotheses = chapter in CHAPTERS and CHAPTERS[chapter].hypotheses
+    text = findings_markdown(verdicts, headline_keys(chapter), regime,
+                             "the book's hypotheses" if hypotheses else "the paper's claims")
+    _glue(f"{chapter}-findings", Markdown(text))
+    return text
+
+
 def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, str] | None = None,
-          metrics: dict | None = None) -> list[dict]:
+          metrics: dict | None = None, regime: str = "") -> list[dict]:
     """Evaluate ``claims`` on the run's metrics, show the claims table, save the run, glue the counts.
 
     ``metrics`` overrides what the claims read (default ``run.metrics``); ``across`` (claim key ->
-    text) adds the claims table's "Across seeds" column. Returns the verdicts (JSON-able dicts).
+    text) adds the claims table's "Across seeds" column. Also glues the findings box
+    (:func:`glue_findings`, with ``regime`` as its regime line). Returns the verdicts (JSON-able dicts).
     """
     from IPython.display import display
 
@@ -85,6 +158,7 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
     display(paper.claims_table(verdicts, across=across))
     run.save(claims=verdicts)
     glue_counts(chapter, verdicts)
+    glue_findings(chapter, verdicts, regime)
     return verdicts
 
 
@@ -101,9 +175,11 @@ def summary_markdown(verdicts: Sequence[dict], regime: str = "") -> str:
     return "\n\n".join(parts)
 
 
-def closing_summary(verdicts: Sequence[dict], regime: str = "") -> None:
-    """Show :func:`summary_markdown` in the notebook."""
+def closing_summary(verdicts: Sequence[dict], regime: str = "", chapter: str | None = None) -> None:
+    """Show :func:`summary_markdown` in the notebook; with ``chapter``, the findings box gets ``regime`` too."""
     _display_markdown(summary_markdown(verdicts, regime))
+    if chapter is not None:  # the later glue of one key is the one the page shows
+        glue_findings(chapter, verdicts, regime)
 
 
 def minutes(seconds: float) -> float:

@@ -153,8 +153,8 @@ def optimizer_step(loss: torch.Tensor, opt: torch.optim.Optimizer, sched=None, p
     gradient norm is clipped to ``max_grad_norm`` by ``clip(params, max_grad_norm)``
     (default :func:`torch.nn.utils.clip_grad_norm_`; ``max_grad_norm=None`` skips clipping).
     ``sched`` (an LR scheduler) is stepped after the optimiser when given. The language-model
-    trainers of chapters 4 and 5 (:mod:`memlab.models.diffusion_lm`, :mod:`memlab.models.gpt2_small`,
-    :mod:`memlab.models.gpt2_stacked`) share this step.
+    trainers of chapters 3, 4 and 5 (:func:`memlab.lm.train_lm`, :mod:`memlab.models.diffusion_lm`,
+    :mod:`memlab.models.gpt2_small`, :mod:`memlab.models.gpt2_stacked`) share this step.
     """
     if loss.ndim != 0:
         raise ValueError(f"parameter 'loss': must be a scalar tensor (got shape {tuple(loss.shape)})")
