@@ -233,7 +233,7 @@ run.record(**t1_metrics)
 # GA keeps the paper's step count (its paper row is 42 pp below Retrain on retain).
 drift = ours["Pre-R"] - orig_audit["Pre-R"]
 drift = drift.drop(index=["Retrain", "GA"], errors="ignore")
-far = drift[drift.abs() > 10].round(1).to_dict()
+far = ", ".join(f"{m} {d:+.1f} pp" for m, d in drift[drift.abs() > 10].items())
 display(
     Markdown(
         "Tuning rule check: retain accuracy (Pre-R) of every method against the"

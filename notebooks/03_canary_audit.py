@@ -250,7 +250,7 @@ for s in cfg.seeds:
             f"**Table 3.1{'ab'[cfg.seeds.index(s)] if len(cfg.seeds) <= 2 else s}.**"
             f" BIO template, seed {s}: out acc, thk leak, gap with its 95%"
             " author-clustered interval, and Delta_AB. Our K per row:"
-            f" {dict(zip(ours.index, ours.K))}."
+            f" {', '.join(f'row {row}: our K {k}' for row, k in zip(ours.index, ours.K))}."
         )
     )
     theirs = (

@@ -396,10 +396,9 @@ axes[1].legend(ncol=2, fontsize=7)
 _ = plotting.publish(fig, "fig2_3", CH)
 display(
     Markdown(
-        "Where the test loss first rises, beyond 1.96 standard errors, along the ratio"
-        " (None: it never does): "
+        "Where the test loss first rises, beyond 1.96 standard errors, along the ratio: "
         + ", ".join(
-            f"{m}: {v if v is None else round(v, 3)}" for m, v in onsets.items()
+            f"{m}: {'never' if v is None else round(v, 3)}" for m, v in onsets.items()
         )
     )
 )
@@ -616,6 +615,7 @@ display(
 
 # %% tags=["hide-input"]
 verdicts = pagekit.judge(ch.claims(), run)
+pagekit.glue_findings(CH, verdicts)  # the box the page opens with
 
 # %% [markdown]
 # ## What this means

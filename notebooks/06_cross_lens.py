@@ -336,6 +336,7 @@ display(ch.tau_tests_table(agree))
 
 # %% tags=["hide-input"]
 verdicts = pagekit.judge(ch.claims(), run)  # glues the counts the closing section reads
+pagekit.glue_findings(CH, verdicts)  # the box the page opens with
 
 # %% [markdown]
 # ## What this means

@@ -68,12 +68,15 @@ def expected_figures(book: Path, chapter: str) -> int:
 
 
 def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path,
-                        findings: bool = True) -> list[str]:
+                        reader_first: bool = True) -> list[str]:
     """Every problem a reader would see on the rendered book ``html`` (built from ``book``).
 
-    ``findings``: every chapter must open with its findings box (``memlab.pagekit``) in the first
-    two screens at 1280 px, listing each headline claim with the verdict of its results JSON.
+    ``reader_first``: every chapter must open with its findings box (``memlab.pagekit``) in the
+    first two screens at 1280 px, listing each headline claim with the verdict of its results
+    JSON; and no page's prose may show a Python repr, a quoted number, ``None``, a snake_case
+    claim key, or a table header that is a variable name.
     """
+    leak = _leak_pattern(book, chapters)
     from playwright.sync_api import sync_playwright
 
     chromium = chromium_or_skip()
@@ -113,7 +116,7 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                     prose = page.evaluate(
                         """() => {
                              const a = (document.querySelector('article') || document.body).cloneNode(true);
-                             a.querySelectorAll('.cell_input, div.highlight, pre').forEach(e => e.remove());
+                             a.querySelectorAll('.cell_input, div.highlight, pre, code').forEach(e => e.remove());
                                    return a.textContent; }""")
                     for m in BAD_TEXT.finditer(prose):
                         ctx = _norm(prose[max(0, m.start() - 60): m.end() + 60])
@@ -149,7 +152,9 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                         want = len(list((book / "robustness").glob("*.png")))
                         if n_fig != want:
                             problems.append(f"{path} @{width}: {n_fig} figures, {want} sweeps published one")
-                    if chapter is not None and findings:
+                    if reader_first:
+                        problems += _reader_text_problems(page, path, width, prose, leak)
+                    if chapter is not None and reader_first:
                         problems += _findings_problems(page, path, width, book, chapter)
                     if chapter is not None:
                         n_fig = page.evaluate(
@@ -178,6 +183,31 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
     return problems
 
 
+def _leak_pattern(book: Path, chapters: list[str]) -> re.Pattern:
+    """What must never reach a reader's eye: reprs, quoted numbers, None, the chapters' snake_case claim keys."""
+    keys = set()
+    for chapter in chapters:
+        res = book / "results" / f"{chapter}.json"
+        if res.exists():
+            keys |= {c["key"] for c in json.loads(res.read_text())["claims"] if "_" in c["key"]}
+    alternatives = [r"\{'", r"\['", r"'\d+(?:\.\d+)?'", r"\bNone\b"]
+    alternatives += [rf"\b{re.escape(k)}\b" for k in sorted(keys)]
+    return re.compile("|".join(alternatives))
+
+
+def _reader_text_problems(page, path: str, width: int, prose: str, leak: re.Pattern) -> list[str]:
+    out = []
+    for m in leak.finditer(prose):
+        ctx = _norm(prose[max(0, m.start() - 50): m.end() + 50])
+        out.append(f"{path} @{width}: shows {m.group(0)!r} to a reader ... {ctx} ...")
+        break
+    heads = page.evaluate("""Array.from(document.querySelectorAll('article th'))
+                               .map(t => t.innerText.trim()).filter(t => /[a-z0-9]_[a-z]/i.test(t))""")
+    if heads:
+        out.append(f"{path} @{width}: table headers that are variable names: {sorted(set(heads))[:6]}")
+    return out
+
+
 def _findings_problems(page, path: str, width: int, book: Path, chapter: str) -> list[str]:
     """The findings box: near the top, every headline claim with its published verdict."""
     from memlab import pagekit
@@ -192,7 +222,7 @@ def _findings_problems(page, path: str, width: int, book: Path, chapter: str) ->
         out.append(f"{path} @1280: the findings box starts at {box['top']:.0f} px, below the first two screens")
     res = json.loads((book / "results" / f"{chapter}.json").read_text())
     by_key = {c["key"]: c for c in res["claims"]}
-    text = _norm(box["text"])
+    text = _norm(box["text"].replace("\u2019", "'").replace("\u2018", "'"))  # Sphinx's smart quotes
     for key in pagekit.headline_keys(chapter):
         c = by_key[key]
         line = _norm(f"{c['verdict'].capitalize()}. {c['claim']}")
@@ -231,7 +261,7 @@ def test_committed_cpu_book_as_readers_see_it(tmp_path):
     # The committed pages were executed before the findings box existed: the republication of
     # every chapter (the pooled-verdicts issue) brings it; until then it is not required here.
     problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters,
-                                   artifacts_dir("cpu-book"), findings=False)
+                                   artifacts_dir("cpu-book"), reader_first=False)
     assert not problems, "\n".join(problems)
 
 
@@ -326,6 +356,20 @@ def test_dataframes_render_without_nan_or_default_index():
     assert "NaN" not in html and "\u2013" in html and tables.NOTE in html
     assert "<th>0</th>" not in html and "memlab-table-wrap" in html
     assert tables.NOTE not in tables.to_html(pd.DataFrame({"a": [1.0]}, index=["x"]))
+
+
+def test_table_headers_read_as_words_not_variable_names():
+    import pandas as pd
+
+    from memlab import tables
+
+    df = pd.DataFrame({"out_acc": [1.0], "Acc_f (%)": [2.0], "tau(x, y)": [0.1]},
+                      index=pd.Index(["GA+FT"], name="method_name"))
+    for html in (tables.to_html(df), tables.styler_to_html(df.style)):
+        heads = re.findall(r"<th[^>]*>(.*?)</th>", html, re.DOTALL)
+        assert not [h for h in heads if re.search(r"[a-z]_[a-z]", h)], heads
+        assert "out acc" in html and "Acc<sub>f</sub> (%)" in html and "method name" in html
+        assert "GA+FT" in html and "tau(x, y)" in html
 
 
 def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):

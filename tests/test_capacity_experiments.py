@@ -471,7 +471,7 @@ def test_claim_evidence_strings():
     assert _evidence(m, "a1") == "mean error S: 1.5%, V: 4.0% (paper 1.7%, 1.8%), noise ± 0.3%"
     assert (
         _evidence(_changed(double_descent_onset=lambda o: {**o, "1x32": None}), "double_descent")
-        == "test loss first rises beyond 1.96 SE at ratio 1x16: 0.5, 1x32: None (claim: in [0.25, 4.0])"
+        == "test loss first rises beyond 1.96 SE at ratio 1x16: 0.5, 1x32: never (claim: in [0.25, 4.0])"
     )
     assert _evidence(m, "mia_decreases").startswith("1x8: F1 1.00 -> 0.70 (fall +0.30 ± 0.03)")
     assert (

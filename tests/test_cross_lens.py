@@ -294,6 +294,12 @@ def test_tables_shape_what_the_page_records_and_shows():
     assert shown["BatchNorm"]["SDE after"].tolist() == ["in training", "out"]
     assert ch.gaps_text({}) == "no chapter was looked at"
     assert ch.gaps_text({"01_bn_illusion": 0.5}) == "chapter 1: 0.5 pp of forget accuracy"
-    assert list(ch.hypotheses_table().index) == list(ch.hypotheses())
+    hyp = ch.hypotheses_table()  # readers see numbers and short titles, never the keys
+    assert list(hyp.index) == list(range(1, len(ch.hypotheses()) + 1))
+    assert list(hyp["short title"]) == [ch.short_titles()[k] for k in ch.hypotheses()]
     summary = ch.question_summary(paper.evaluate(ch.claims(), {"tau_tests": {}}, "cpu"))
     assert summary.count("- **Question") == 4 and "was not run here" in summary
+    assert not any(f"`{k}`" in summary for k in ch.hypotheses()) and "*NPO keeps the bits*" in summary
+    tau = ch.tau_tests_table({"tests": {"lm_bits_tf": {"diff": 0.1, "low": -0.1, "high": 0.3, "n": 5,
+                                                        "tau_xy": 0.2, "tau_xz": 0.1}}})
+    assert list(tau.index) == ["bits rank like teacher forcing"] and "tau(x, y)" in tau.columns

@@ -143,12 +143,13 @@ def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> s
 
 
 def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, str] | None = None,
-          metrics: dict | None = None, regime: str = "") -> list[dict]:
+          metrics: dict | None = None) -> list[dict]:
     """Evaluate ``claims`` on the run's metrics, show the claims table, save the run, glue the counts.
 
     ``metrics`` overrides what the claims read (default ``run.metrics``); ``across`` (claim key ->
-    text) adds the claims table's "Across seeds" column. Also glues the findings box
-    (:func:`glue_findings`, with ``regime`` as its regime line). Returns the verdicts (JSON-able dicts).
+    text) adds the claims table's "Across seeds" column. Returns the verdicts (JSON-able dicts).
+    The findings box is glued once, by :func:`closing_summary` (with ``chapter``) or
+    :func:`glue_findings`: a key glued twice is a build warning.
     """
     from IPython.display import display
 
@@ -158,7 +159,6 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
     display(paper.claims_table(verdicts, across=across))
     run.save(claims=verdicts)
     glue_counts(chapter, verdicts)
-    glue_findings(chapter, verdicts, regime)
     return verdicts
 
 
@@ -176,9 +176,9 @@ def summary_markdown(verdicts: Sequence[dict], regime: str = "") -> str:
 
 
 def closing_summary(verdicts: Sequence[dict], regime: str = "", chapter: str | None = None) -> None:
-    """Show :func:`summary_markdown` in the notebook; with ``chapter``, the findings box gets ``regime`` too."""
+    """Show :func:`summary_markdown` in the notebook; with ``chapter``, also glue the findings box with ``regime``."""
     _display_markdown(summary_markdown(verdicts, regime))
-    if chapter is not None:  # the later glue of one key is the one the page shows
+    if chapter is not None:
         glue_findings(chapter, verdicts, regime)
 
 

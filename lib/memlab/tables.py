@@ -6,6 +6,8 @@
 * a missing value (NaN: a method the paper does not report, or one this run did not
   produce) shows as "–", and the table gets a one-line note saying so;
 * a default 0..N-1 index that labels nothing is not shown;
+* column and index labels read as words: ``out_acc`` shows as "out acc", ``Acc_f`` as
+  Acc with a subscript f (:func:`reader_label`);
 * the table sits in a ``memlab-table-wrap`` container that scrolls sideways on a narrow
   screen instead of widening the page (``book/_static/memlab.css``).
 
@@ -28,11 +30,26 @@ def _default_index(index: pd.Index) -> bool:
             and index.step == 1)
 
 
+_HEADER = re.compile(r"(<th[^>]*>)(.*?)(</th>)", re.DOTALL)
+_SUBSCRIPT = re.compile(r"\b([A-Z][A-Za-z]*)_([a-z]+)\b")  # Acc_f: a quantity with a subscript
+_SNAKE = re.compile(r"(?<=[A-Za-z0-9])_(?=[A-Za-z0-9])")   # out_acc: a variable name
+
+
+def reader_label(text: str) -> str:
+    """A column or index label as a reader sees it (HTML): ``Acc_f`` -> Acc<sub>f</sub>, ``out_acc`` -> out acc."""
+    return _SNAKE.sub(" ", _SUBSCRIPT.sub(r"\1<sub>\2</sub>", text))
+
+
+def reader_headers(html: str) -> str:
+    """Every ``<th>`` of ``html`` with :func:`reader_label` applied: no variable name reaches a reader."""
+    return _HEADER.sub(lambda m: m.group(1) + reader_label(m.group(2)) + m.group(3), html)
+
+
 def to_html(df: pd.DataFrame) -> str:
     """A DataFrame as the book shows it (see the module docstring)."""
     missing = bool(df.isna().to_numpy().any()) if df.size else False
-    html = df.to_html(na_rep=MISSING, index=not _default_index(df.index), border=0,
-                      classes="memlab-table")
+    html = reader_headers(df.to_html(na_rep=MISSING, index=not _default_index(df.index), border=0,
+                                     classes="memlab-table"))
     note = f'<p class="memlab-table-note">{NOTE}</p>' if missing else ""
     return f'<div class="memlab-table-wrap">{html}</div>{note}'
 
@@ -45,7 +62,7 @@ def styler_to_html(styler: Styler) -> str:
     styler = copy.copy(styler)
     if _default_index(styler.data.index):
         styler.hide(axis="index")
-    html, n = _MISSING_CELL.subn(f">{MISSING}</td>", styler.to_html())
+    html, n = _MISSING_CELL.subn(f">{MISSING}</td>", reader_headers(styler.to_html()))
     note = f'<p class="memlab-table-note">{NOTE}</p>' if n else ""
     return f'<div class="memlab-table-wrap">{html}</div>{note}'
 

@@ -155,7 +155,7 @@ def _double_descent(m):
     ok = all(v is not None and lo <= v <= hi for v in on.values())
     return ok, (
         "test loss first rises beyond 1.96 SE at ratio "
-        + ", ".join(f"{k}: {v if v is None else round(v, 2)}" for k, v in on.items())
+        + ", ".join(f"{k}: {'never' if v is None else round(v, 2)}" for k, v in on.items())
         + f" (claim: in [{lo}, {hi}])"
     )
 

@@ -19,7 +19,7 @@ from .spec import CHAPTER, CHECKS, CODE_VERSION, ILLUSION_PP, SPEC, hypotheses
 from .stages import (LM_LENSES, VISION_COLS, VISION_LENSES, agreement, audited_state, forget_otr, fresh_authors,
                      lm_lenses, lm_probe_sets, nonmember_images, sde_subsets, sub_configs, vision_lens_frame,
                      vision_lenses)
-from .tables import (GAP_UNITS, VERDICT_WORDS, VISION_SHOWN, agreement_metrics, gaps_text, hypotheses_table,
+from .tables import (GAP_UNITS, VERDICT_WORDS, VISION_SHOWN, agreement_metrics, gaps_text, hypotheses_table, short_titles,
                      lm_frame, lm_metrics, preregistration, published_gaps, question_summary, tau_record,
                      tau_tests_table, vision_metrics, vision_record, vision_tables)
 
@@ -27,7 +27,7 @@ __all__ = [
     "CHAPTER", "CHECKS", "CODE_VERSION", "CONTROL_PP", "GAP_UNITS", "ILLUSION_PP", "JUDGED", "LM_LENSES",
     "METRIC_KEYS", "SPEC", "VERDICT_WORDS", "VISION_COLS", "VISION_LENSES", "VISION_SHOWN", "agreement",
     "agreement_metrics", "audited_state", "claims", "forget_otr", "fresh_authors", "gaps_text", "hypotheses",
-    "hypotheses_table", "lm_frame", "lm_lenses", "lm_metrics", "lm_probe_sets", "membership_aucs",
+    "hypotheses_table", "short_titles", "lm_frame", "lm_lenses", "lm_metrics", "lm_probe_sets", "membership_aucs",
     "nonmember_images", "preregistration", "published_gaps", "question_summary", "sde_out_of_training",
     "sde_subsets", "sub_configs", "tau_record", "tau_tests_table", "vision_lens_frame", "vision_lenses",
     "vision_metrics", "vision_record", "vision_tables",

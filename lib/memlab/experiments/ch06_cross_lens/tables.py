@@ -19,10 +19,21 @@ from .spec import CHAPTER, hypotheses
 # ----------------------------------------------------------------------------- the hypotheses
 
 
+def short_titles() -> dict[str, str]:
+    """Hypothesis key -> its short title (``short:`` in the chapter's yaml), what readers see instead of keys."""
+    out = paper.load(CHAPTER).get("short") or {}
+    missing = sorted(set(hypotheses()) - set(out))
+    if missing:
+        raise ValueError(f"data/papers/{CHAPTER}.yaml: short: lacks titles for {missing}")
+    return dict(out)
+
+
 def hypotheses_table() -> pd.DataFrame:
-    """The pre-registered hypotheses, one row per key: question, hypothesis, predicted, direction."""
+    """The pre-registered hypotheses, one row each (numbered): short title, question, hypothesis, predicted, direction."""
     hyp = pd.DataFrame.from_dict(hypotheses(), orient="index").rename(columns={"text": "hypothesis"})
-    return hyp[["question", "hypothesis", "predicted", "direction"]].rename_axis("key")
+    hyp.insert(0, "short title", [short_titles()[k] for k in hyp.index])
+    hyp.index = pd.RangeIndex(1, len(hyp) + 1, name="#")
+    return hyp[["short title", "question", "hypothesis", "predicted", "direction"]]
 
 
 def preregistration() -> dict:
@@ -177,8 +188,12 @@ def agreement_metrics(cfg, agree: dict) -> dict:
 
 
 def tau_tests_table(agree: dict) -> pd.DataFrame:
-    """The pre-registered tau tests, one row per hypothesis key (tau or diff, interval, n)."""
-    return pd.DataFrame(agree["tests"]).T.rename_axis("hypothesis")
+    """The pre-registered tau tests, one row per hypothesis (its short title): tau or diff, interval, n."""
+    names = short_titles()
+    frame = pd.DataFrame(agree["tests"]).T.rename(columns={"tau_xy": "tau(x, y)", "tau_xz": "tau(x, z)",
+                                                           "low": "95% low", "high": "95% high"})
+    frame.index = [names.get(k, k) for k in frame.index]
+    return frame.rename_axis("hypothesis")
 
 # ----------------------------------------------------------------------------- the verdicts, question by question
 
@@ -192,7 +207,7 @@ def question_summary(verdicts: list[dict]) -> str:
     hyp_q = {k: h["question"] for k, h in hypotheses().items()}
     lines = []
     for q in (1, 2, 3, 4):
-        parts = [f"`{v['key']}` {VERDICT_WORDS[v['verdict']]} ({v['evidence']})" for v in verdicts
-                 if hyp_q[v["key"]] == q]
+        parts = [f"*{short_titles()[v['key']]}* {VERDICT_WORDS[v['verdict']]} ({v['evidence']})"
+                 for v in verdicts if hyp_q[v["key"]] == q]
         lines.append(f"- **Question {q}.** " + "; ".join(parts) + ".")
     return "\n".join(lines)
