@@ -84,7 +84,7 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(html)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    pages = ["book/intro.html", "book/scorecard.html", "book/robustness.html", "book/rerunning.html",
+    pages = ["book/intro.html", "book/scorecard.html", "book/robustness.html", "book/rerunning.html", "book/cost.html",
              "book/bibliography.html"]
     pages += [f"book/chapters/{c}.html" for c in chapters]
     problems: list[str] = []

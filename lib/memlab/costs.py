@@ -231,42 +231,63 @@ def _cell_min(seconds) -> str:
     return "\u2013" if not isinstance(seconds, (int, float)) else _minutes(float(seconds))
 
 
-def _row(title: str, what: str, r: dict | None) -> str:
-    if r is None:
-        return f"| {title} | {what} | no recorded run yet | | | | | | |"
-    est = r.get("estimate_cpu_s")
-    est_text = "\u2013" if est is None else f"{_cell_min(est)} vs {_cell_min(r['cpu_s'])}"
-    mem = r.get("peak_memory_mb")
-    mem_text = "\u2013" if mem is None else f"{mem / 1024:.1f}"
-    cpu = str(r.get("device") or "").replace("|", "/")
-    return (f"| {title} | {what} | {_cell_min(r.get('wall_s'))} | {_cell_min(r.get('cpu_s'))} | {r.get('threads')} "
-            f"| {mem_text} | {r.get('trained')} / {r.get('loaded')} | {est_text} | {cpu}, {str(r.get('date'))[:10]} |")
+def _pair(r: dict | None) -> str:
+    """``wall / CPU`` minutes of a record, or a dash."""
+    return "\u2013" if r is None else f"{_cell_min(r.get('wall_s'))} / {_cell_min(r.get('cpu_s'))}"
 
 
-def page_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
-    """The book's cost page: per chapter, the last cold and warm run at ``profile`` as the runs recorded them.
+def _machine(r: dict) -> str:
+    device = str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
+    return f"{device}, {r.get('threads')} thread{'s' if r.get('threads') != 1 else ''}, {str(r.get('date'))[:10]}"
+
+
+PROFILE_ORDER = ("cpu", "paper", "smoke")
+
+
+def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
+    """The book's cost page: per profile and chapter, the last cold and warm run as the runs recorded them.
 
     ``chapters``: chapter id -> title, in book order. Every number comes from ``costs.json``.
     """
     lines = [
         "# What a run costs",
         "",
-        f"Measured by the runs themselves at the `{profile}` profile: every `memlab run` appends its cost "
-        "to `book/costs.json` after it publishes, and this page shows the last **cold** run (every model "
-        "trained, empty cache) and the last **warm** run (every model loaded from the cache) of each "
-        "chapter. Before a run starts, `memlab run` prints its estimate from the same records: how many "
-        "of the run's models are cached and what the rest costs.",
+        "Measured by the runs themselves: every `memlab run` appends its cost to `book/costs.json` "
+        "after it publishes. For each chapter this page shows the last **cold** run (every model "
+        "trained, empty cache) and the last **warm** run (every model loaded from the cache), as "
+        "wall / CPU minutes. Before a run starts, `memlab run` prints its estimate from the same "
+        "records: how many of the run's models are cached and what the rest costs.",
         "",
-        "| Chapter | Run | Wall (min) | CPU (min) | Threads | Peak memory (GB) | Models trained / loaded "
-        "| Estimated vs measured CPU (min) | CPU type, date |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for cid, title in chapters.items():
-        lines.append(_row(title, "cold", _latest(runs, cid, profile, ("cold",))))
-        lines.append(_row(title, "warm", _latest(runs, cid, profile, ("warm",))))
-    lines += ["", "Wall time depends on the machine and on what else it runs; CPU time is the kernel's own "
-              "(training and evaluation), which a loaded machine changes much less. A run that trained some "
-              "models and loaded others (\"partial\") is kept in the log but not shown here."]
+    profiles = [p for p in PROFILE_ORDER if any(r.get("profile") == p for r in runs)]
+    profiles += sorted({r.get("profile") for r in runs} - set(profiles) - {None})
+    if not profiles:
+        lines.append("No run has recorded its cost in this book yet.")
+    for profile in profiles:
+        lines += [f"## Profile `{profile}`", "",
+                  "| Chapter | Cold: wall / CPU (min) | Models trained | Warm: wall / CPU (min) "
+                  "| Peak memory (GB) | Estimate vs CPU (min) |",
+                  "|---|---|---|---|---|---|"]
+        machines = []
+        for i, (cid, title) in enumerate(chapters.items(), 1):
+            cold = _latest(runs, cid, profile, ("cold",))
+            warm = _latest(runs, cid, profile, ("warm",))
+            if cold is None and warm is None:
+                lines.append(f"| {i}. {title} | no recorded run yet | | | | |")
+                continue
+            peak = max((r.get("peak_memory_mb") or 0) for r in (cold, warm) if r is not None)
+            last = warm or cold
+            est = last.get("estimate_cpu_s")
+            est_text = "\u2013" if est is None else f"{_cell_min(est)} vs {_cell_min(last['cpu_s'])}"
+            trained = "\u2013" if cold is None else str(cold.get("trained"))
+            lines.append(f"| {i}. {title} | {_pair(cold)} | {trained} | {_pair(warm)} | {peak / 1024:.1f} "
+                         f"| {est_text} |")
+            machines += [f"{i}. {_machine(r)} ({r['kind']})" for r in (cold, warm) if r is not None]
+        lines += ["", "Measured on: " + "; ".join(machines) + "." if machines else "", ""]
+    lines += ["\u2013 marks a kind of run not yet recorded. Wall time depends on the machine and on what else it runs; CPU time is the kernel's own "
+              "(training and evaluation), which a loaded machine changes much less. The estimate is what "
+              "`memlab run` predicted before the last run, beside what that run measured. A run that "
+              "trained some models and loaded others is kept in the log but not shown here."]
     return "\n".join(lines) + "\n"
 
 
