@@ -462,7 +462,9 @@ verdicts = pagekit.judge(ch.claims(), run)
 # counted apart); the page cost {glue:}`02_sde-cold-cpu-min` CPU-minutes cold.
 
 # %% tags=["hide-input"]
-pagekit.closing_summary(verdicts, ch.closing_regime(sensitivity, identity, main), chapter=CH)
+pagekit.closing_summary(
+    verdicts, ch.closing_regime(sensitivity, identity, main), chapter=CH
+)
 
 # %% [markdown]
 # **Exercises for this chapter:** {ref}`exercises-02-sde` ({doc}`student notebook <../exercises/02_sde>`), autograded with otter-grader; instructors see {doc}`../instructor`.

@@ -249,8 +249,9 @@ for s in cfg.seeds:
         Markdown(
             f"**Table 3.1{'ab'[cfg.seeds.index(s)] if len(cfg.seeds) <= 2 else s}.**"
             f" BIO template, seed {s}: out acc, thk leak, gap with its 95%"
-            " author-clustered interval, and Delta_AB. Our K per row:"
-            f" {', '.join(f'row {row}: our K {k}' for row, k in zip(ours.index, ours.K))}."
+            " author-clustered interval, and Delta_AB. Our K per row: "
+            + ", ".join(f"row {row}: our K {k}" for row, k in zip(ours.index, ours.K))
+            + "."
         )
     )
     theirs = (

@@ -396,7 +396,8 @@ axes[1].legend(ncol=2, fontsize=7)
 _ = plotting.publish(fig, "fig2_3", CH)
 display(
     Markdown(
-        "Where the test loss first rises, beyond 1.96 standard errors, along the ratio: "
+        "Where the test loss first rises, beyond 1.96 standard errors,"
+        " along the ratio: "
         + ", ".join(
             f"{m}: {'never' if v is None else round(v, 3)}" for m, v in onsets.items()
         )

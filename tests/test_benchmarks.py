@@ -98,7 +98,7 @@ def test_book_benchmark_times_cold_runs_at_each_thread_count(tmp_path):
         pytest.skip("needs MEMLAB_DATA_ROOT")
     # two cold smoke runs of the quickest chapter, one per thread count, each with an empty cache
     rec = _run("bench_book.py", tmp_path, "--chapters", "02_sde", "--profile", "smoke", "--threads", "1", "2",
-               timeout=1200)
+               "--name", "book", timeout=1200)
     m = rec["measurements"]
     runs = m["chapters"]["02_sde"]["runs"]
     assert [r["threads"] for r in runs] == [1, 2]

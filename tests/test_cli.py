@@ -79,7 +79,8 @@ def test_missing_data_path_is_an_error(fake_project, capsys, monkeypatch):
 def test_run_publishes_then_failure_keeps_previous_results(fake_project, capsys):
     assert cli.main(["run", "fake", "--profile", "smoke", "-p", "n", "4"]) == 0
     files = _book_files(fake_project)
-    assert files == ["chapters/fake.ipynb", "figures/fake/line.png", "figures/fake/line.svg", "results/fake.json"]
+    assert files == ["chapters/fake.ipynb", "costs.json", "figures/fake/line.png", "figures/fake/line.svg",
+                     "results/fake.json"]  # costs.json: the book's cost log (memlab.costs)
     res = json.loads((fake_project / "book" / "results" / "fake.json").read_text())
     assert res["metrics"] == {"total": 6} and res["params"]["n"] == 4 and res["profile"] == "smoke"
     nb = json.loads((fake_project / "book" / "chapters" / "fake.ipynb").read_text())

@@ -125,10 +125,10 @@ def test_a_sweep_over_forget_classes_gets_its_own_file_and_a_column_per_class(tm
     assert robustness.load(root, CHAPTER)["axes"] == {"seed": [0, 1, 2]}  # the seed sweep is kept
     section = robustness.write_page(root).read_text().split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
     across = section.split("### Across forget_class")[1]
-    assert "<th>forget_class 0</th><th>forget_class 3</th><th>forget_class 7</th>" in across
+    assert "<th>forget class 0</th><th>forget class 3</th><th>forget class 7</th>" in across
     assert "(all at seed 0; the rest at the profile's defaults)" in across and "3 runs, 6 min of runs in all, 5 min wall on 2 workers" in across
     # the pooled count: judged in two runs (not judged in the third), reproduced in both
-    assert "<td data-label=\"forget_class 7\">not judged</td>" in across
+    assert "<td data-label=\"forget class 7\">not judged</td>" in across
     assert "reproduced in 2 of 2 runs" in across and '<tr class="robust-all">' in across
     # the scorecard's column stays the seed sweep's
     assert "reproduced in 3 of 3 runs" in book.write_scorecard(root).read_text()

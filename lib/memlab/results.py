@@ -273,7 +273,7 @@ def provenance_markdown(cfg: Config) -> str:
     seed = f" · seed {cfg['seed']}" if "seed" in cfg else ""
     commit = p["git_commit"]
     short = commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
-    title = (f"Provenance: profile {cfg.profile}{seed} · commit {short} · {p['device']}, "
+    title = (f"Provenance: profile `{cfg.profile}`{seed} · commit `{short}` · {p['device']}, "
              f"{p['cpu_threads']} thread{'s' if p['cpu_threads'] != 1 else ''}")
     return (
         f":::{{admonition}} {title}\n:class: note dropdown\n\n"

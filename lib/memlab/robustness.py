@@ -261,7 +261,8 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
     stale = [] if is_current(summary, published) else [
         "**Earlier code.** These runs used an earlier version of this chapter's code than the published "
         "page.", ""]
-    labels = [", ".join(f"{a} {g['params'].get(a)}" for a in axes) for g in groups]
+    # parameter names as words in the column headers ("forget class 3"), as the chapters' tables show them
+    labels = [", ".join(f"{a.replace('_', ' ')} {g['params'].get(a)}" for a in axes) for g in groups]
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     keys = list(dict.fromkeys(k for g in groups for k in g.get("claims", {})))
     rows = []

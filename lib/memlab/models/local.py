@@ -229,6 +229,13 @@ def _count(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _gguf_version() -> str | None:
+    try:
+        return _md.version("gguf")
+    except _md.PackageNotFoundError:  # a conversion that did not need the package (tests' fakes)
+        return None
+
+
 def _record(spec: LocalModel, gguf: Path, folder: Path, model) -> dict:
     weights = folder / WEIGHTS
     if not weights.is_file():
@@ -246,7 +253,7 @@ def _record(spec: LocalModel, gguf: Path, folder: Path, model) -> dict:
         "parameters": _count(model),
         "safetensors_sha256": sha256_file(weights),
         "safetensors_bytes": weights.stat().st_size,
-        "converted_with": {"transformers": transformers.__version__, "gguf": _md.version("gguf")},
+        "converted_with": {"transformers": transformers.__version__, "gguf": _gguf_version()},
         "date": _dt.datetime.now(_dt.timezone.utc).date().isoformat(),
     }
 
