@@ -229,8 +229,7 @@ def _findings_problems(page, path: str, width: int, book: Path, chapter: str) ->
         if line not in text:
             out.append(f"{path} @{width}: findings box lacks '{line[:70]}'")
     n = pagekit.counts(res["claims"])
-    if _norm(pagekit.counts_sentence(n, "the book's hypotheses" if chapter.startswith("06") else
-                                     "the paper's claims")) not in text:
+    if _norm(pagekit.counts_sentence(n, pagekit.judged_what(chapter))) not in text:
         out.append(f"{path} @{width}: findings box counts differ from {chapter}.json's verdicts")
     return out
 

@@ -198,8 +198,14 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     return out
 
 
+def minutes(seconds: float) -> float:
+    """Seconds as minutes for a page: whole minutes from 10 on, one decimal below."""
+    m = float(seconds) / 60
+    return float(round(m)) if m >= 10 else round(m, 1)
+
+
 def _minutes(seconds: float) -> str:
-    m = seconds / 60
+    m = minutes(seconds)
     return f"{m:.0f}" if m >= 10 else f"{m:.1f}"
 
 

@@ -14,6 +14,7 @@ import time
 from typing import Sequence
 
 from memlab import config, paper, results
+from memlab.costs import minutes
 
 # The glue name of each verdict's count: ``<chapter>-n-<slug>``.
 VERDICT_SLUGS = {
@@ -129,15 +130,19 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
     return "\n".join(lines)
 
 
+def judged_what(chapter: str) -> str:
+    """What a chapter judges, in words: "the book's hypotheses" (chapter 6) or "the paper's claims"."""
+    from memlab.chapters import CHAPTERS
+
+    hypotheses = chapter in CHAPTERS and CHAPTERS[chapter].hypotheses
+    return "the book's hypotheses" if hypotheses else "the paper's claims"
+
+
 def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> str:
     """Glue :func:`findings_markdown` as ``<chapter>-findings`` (the page shows it at the top)."""
     from IPython.display import Markdown
 
-    from memlab.chapters import CHAPTERS
-
-    hypotheses = chapter in CHAPTERS and CHAPTERS[chapter].hypotheses
-    text = findings_markdown(verdicts, headline_keys(chapter), regime,
-                             "the book's hypotheses" if hypotheses else "the paper's claims")
+    text = findings_markdown(verdicts, headline_keys(chapter), regime, judged_what(chapter))
     _glue(f"{chapter}-findings", Markdown(text))
     return text
 
@@ -180,12 +185,6 @@ def closing_summary(verdicts: Sequence[dict], regime: str = "", chapter: str | N
     _display_markdown(summary_markdown(verdicts, regime))
     if chapter is not None:
         glue_findings(chapter, verdicts, regime)
-
-
-def minutes(seconds: float) -> float:
-    """Seconds as minutes for a page: whole minutes from 10 on, one decimal below."""
-    m = float(seconds) / 60
-    return float(round(m)) if m >= 10 else round(m, 1)
 
 
 def glue_cost(run: results.Run, cold_train_cpu_s: float = 0.0) -> dict[str, float]:
