@@ -125,6 +125,7 @@ regime_view["ours 95% CI (Original)"] = [
 ]
 display(regime_view)
 run.record(**ch.regime_metrics(reg))
+run.record(**ch.schedule_metrics(cfg, data))  # training lengths the regime gates read
 display(
     Markdown(
         f"Our original reaches **{orig_audit['Pre-F']:.1f}%** on the forget-class test"
@@ -604,6 +605,26 @@ if cfg.n_seeds == 1:
         )
     )
 
+# %% [markdown]
+# ### How the regime gates were chosen
+#
+# Each claim is judged only inside the regime the paper tested it in: a precondition read from
+# our run, fixed from the paper's text before any verdict by two rules. A trained model's
+# accuracy must lie within 10 points of the paper's: the paper does not report its original, but
+# its recalibrated NoiseInject knows the forget class at 98.7% and its Retrain fits retain images
+# at 99.6% (Table 1), so our Original must reach 88.7% on the forget class and our Retrain 89.6%
+# on retain images (the same for the GroupNorm pair, which the paper trains alike). A schedule the
+# paper states must be at least its length: relearning runs 50 epochs, and GA makes 12.5 passes
+# over the forget set (500 steps of 128 images over 5000). A claim whose gate fails is "outside
+# the paper's regime" and says nothing about the paper either way. Two claims have no gate: the
+# recalibration's sampling error (Theorem 1 bounds it for any weights) and the CIFAR-100 sign
+# pattern (the paper reports no CIFAR-100 accuracy to gate on); the sanity checks never have one.
+# The table gives each gate, what this run measured, and the run that would bring its claims
+# inside with its estimated cost.
+
+# %% tags=["hide-input"]
+display(pagekit.regimes_table(CH, verdicts))
+
 # %% tags=["remove-input"]
 cost = pagekit.glue_cost(run, ch.COLD_TRAIN_CPU_S)  # the cost line below
 
@@ -612,6 +633,7 @@ cost = pagekit.glue_cost(run, ch.COLD_TRAIN_CPU_S)  # the cost line below
 #
 # At the profile of this page, of the paper's claims {glue:}`01_bn_illusion-n-reproduced`
 # reproduced, {glue:}`01_bn_illusion-n-not-reproduced` did not,
+# {glue:}`01_bn_illusion-n-outside-regime` were outside the paper's regime (the gates above),
 # {glue:}`01_bn_illusion-n-not-judged` could not be judged (a precondition failed, or the
 # margin lies inside the noise band of 250 test images) and
 # {glue:}`01_bn_illusion-n-not-run` were not run; {glue:}`01_bn_illusion-n-sanity` sanity

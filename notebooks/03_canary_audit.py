@@ -295,13 +295,20 @@ _ = plotting.publish(fig, "ksweep", CH)
 # %% [markdown]
 # **The audited K** follows from the rule above (dotted line in {numref}`fig-03-ksweep`); the
 # prefill and teacher-forced tables and the claims use it, with K = 0 and the largest K beside.
+# The three claims about the trace itself (the gap is positive, the trace keeps the canary, the gap
+# grows) are read instead at the K chosen by out acc alone: at a K picked because the trace stayed
+# high, they would hold by construction.
 
 # %%
+BY_OUT = AUDIT["by_out"]
+thk_out = BY_OUT["thk_ratio"]  # NaN when nothing was memorised at K = 0
+thk_words = f"; thk leak {thk_out:.2f} x K0" if np.isfinite(thk_out) else ""
 display(
     Markdown(
         f"Audited K for this run: **K = {K_AUDIT}** (largest K: {K_MAX}); the"
         f" paper's state is {'reached' if AUDIT['reached'] else '**not reached**'}:"
-        f" {AUDIT['evidence']}."
+        f" {AUDIT['evidence']}. Chosen by out acc alone: K = {BY_OUT['K']}"
+        f" ({BY_OUT['evidence']}{thk_words})."
     )
 )
 
@@ -388,15 +395,17 @@ display(
     ).round(3)
 )
 tf_a = bio[cfg.seeds[0]]["summary"][K_AUDIT]["tf"]
-low_mode = min(tf_a, key=lambda m: tf_a[m]["mean"])
+tf_0 = bio[cfg.seeds[0]]["summary"][0]["tf"]
+low_mode = max(tf_a, key=lambda m: tf_0[m]["mean"] - tf_a[m]["mean"])
 display(
     Markdown(
-        f"Lowest at the audited K (seed {cfg.seeds[0]}): {low_mode}"
-        f" {tf_a[low_mode]['mean']:.3f}, a margin of"
-        f" {tf_a[low_mode]['mean'] - ch.TF_FLOOR:+.3f} to the claim's {ch.TF_FLOOR}"
-        " (the paper's own minimum, EMPTY 0.90) against a noise band of"
-        f" +-{(tf_a[low_mode]['high'] - tf_a[low_mode]['low']) / 2:.3f} (half its 95%"
-        " author-clustered interval); inside the band the claim is not judged."
+        f"Largest drop from K = 0 to the audited K (seed {cfg.seeds[0]}): {low_mode}"
+        f" {tf_0[low_mode]['mean']:.3f} -> {tf_a[low_mode]['mean']:.3f}, against"
+        f" the claim's at most {ch.TF_DROP:.2f} (the paper's scores stay within"
+        " 0.90-1.00 after NPO on adapters memorised to the ceiling). The drop is"
+        " read from our own K = 0 because our EMPTY arm already sits on the"
+        " paper's minimum before any unlearning; inside the two intervals'"
+        " combined band the claim is not judged."
     )
 )
 
@@ -637,10 +646,29 @@ display(
 verdicts = pagekit.judge(ch.claims(), run)
 
 # %% [markdown]
+# ### How the regime gates were chosen
+#
+# Each claim is judged only inside the regime the paper tested it in: a precondition read from
+# our run and fixed from the paper's text before any verdict, by one rule. The paper unlearns
+# adapters that have memorised every author (out acc 1.00 before NPO, its trace restating the
+# bio, and teacher-forced scores at the ceiling), so a memorised state of ours is in its regime
+# when it lies within 10 points of that ceiling: out acc, thk leak and teacher-forced top-1 at
+# K = 0 of at least 0.9, on the adapters each claim reads (seed 0, both seeds, or the three
+# templates). A claim whose gate fails is "outside the paper's regime" and says nothing about the
+# paper either way. Whether the sweep reaches the audited state is a question of its K grid, not of
+# the model, and stays a "not judged" precondition inside the claims; the parser-convention check
+# is a sanity check and has no gate. The table gives each gate, what this run measured, and the
+# run that would bring its claims inside with its estimated cost.
+
+# %% tags=["hide-input"]
+display(pagekit.regimes_table(CH, verdicts))
+
+# %% [markdown]
 # ## What this means
 #
 # At the profile of this page, of the paper's claims {glue:}`03_canary_audit-n-reproduced`
 # reproduced, {glue:}`03_canary_audit-n-not-reproduced` did not,
+# {glue:}`03_canary_audit-n-outside-regime` lay outside the paper's regime (the gates above),
 # {glue:}`03_canary_audit-n-not-judged` could not be judged and
 # {glue:}`03_canary_audit-n-not-run` were not run; {glue:}`03_canary_audit-n-sanity` sanity
 # check is counted apart. The summary below is built from this run's verdicts.

@@ -80,8 +80,9 @@ pd.set_option("display.precision", 1)
 #   56 Python standard-library modules (`memlab.data.docstrings`: technical English about
 #   programming, read at run time with `inspect.getdoc`, identical on every machine with the same
 #   Python version, which the provenance records). The base model is fine-tuned on the members
-#   (AdamW, `epochs` epochs, batch 16). The claims below judge the domain-gap setting, the paper's;
-#   the same-domain setting is the control;
+#   (AdamW, `epochs` epochs, batch 16). The claims below judge the domain-gap setting, the paper's,
+#   when its base reads context there (the regime gates below); the same-domain setting is the
+#   control;
 # * *instruction fine-tuning*: variable-length pairs built from consecutive sentences of one paragraph,
 #   prompt = `Instruction : continue the article . Input : <sentence i> Response :`, response =
 #   sentence $i+1$, padded to a fixed length. The instruct variant is fine-tuned on the member pairs,
@@ -215,7 +216,7 @@ for d, t in ours_dft.items():
 # ### Why skewness: the distribution of $\Delta$
 
 # %%
-delta_rows = {}
+delta_rows, delta_bands = {}, {}
 shown = [
     d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None
 ]
@@ -242,8 +243,9 @@ if shown:
         b.set_xlabel("Q-Skew score per sequence")
         b.legend()
         delta_rows[d] = ch.delta_table(ex)
+        delta_bands[d] = ch.skew_gap_band(ex, seed=cfg.seed)
     _ = plotting.publish(fig, "deltas", CH)
-    run.record(**ch.delta_metrics(delta_rows))
+    run.record(**ch.delta_metrics(delta_rows, delta_bands))
     for d, t in delta_rows.items():
         m_, n_ = t.loc["members"], t.loc["non-members"]
         mq, nq = m_["Q-Skew (pooled)"], n_["Q-Skew (pooled)"]
@@ -464,6 +466,25 @@ verdicts = pagekit.judge(ch.claims(), run)
 if cfg.profile == "smoke":
     paper.evaluate(ch.claims(), run.metrics, "cpu")
 
+# %% [markdown]
+# ### How the regime gates were chosen
+#
+# Each claim is judged only inside the regime the paper tested it in: a precondition read from
+# our run and fixed from the paper's text before any verdict, by one rule for every setting. The
+# paper fine-tunes LLaDA-8B and Dream-7B, language models pre-trained at web scale, on text they
+# already model (WikiText, ArXiv and XSUM; Alpaca, MedQA and Tulu-3). It reports no masked NLL, so
+# a setting of ours is in its regime when the base reads context on the fine-tuning text by the
+# chapter's own guard: a masked NLL at least 0.5 nats below a unigram model's, the rule the `cpu`
+# profile already enforces on the pre-training domain, applied unchanged to the docstrings of the
+# domain-gap setting. A claim whose gate fails is "outside the paper's regime" and says nothing
+# about the paper either way. The two PII claims have no gate (the paper's only regime statement
+# there is its fine-tuning on TREC; what limits them here is the number of targets), and the
+# per-step gain is a sanity check. The table gives each gate, what this run measured, and the run
+# that would bring its claims inside with its estimated cost.
+
+# %% tags=["hide-input"]
+display(pagekit.regimes_table(CH, verdicts))
+
 # %%
 tally = paper.tally(verdicts, kind=paper.CLAIM)
 if "qskew" in cfg.scores and len(cfg.scores) > 1:
@@ -492,15 +513,18 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
 
 # %% [markdown]
 # The verdicts are computed from this run's numbers, on a transformer of under a million
-# parameters, not the paper's 8B models; the `paper` profile runs the same code on LLaDA. Unlike
-# the earlier version of this chapter, the base model here reads context (the regime table), so a
-# verdict is about the method in a regime the paper's mechanism can act in, at a small scale.
+# parameters, not the paper's 8B models; the `paper` profile runs the same code on LLaDA. The base
+# model reads context on its own domain (the regime table), so the instruction-side claims are
+# about the method in a regime the paper's mechanism can act in, at a small scale; on the
+# domain-gap docstrings it does not, and the claims judged there are outside the paper's regime
+# until a milder gap (the regime gates above) brings them inside.
 
 # %% [markdown]
 # ## What this means
 #
 # At the profile of this page, {glue:}`04_qskew-n-reproduced` claims reproduced,
-# {glue:}`04_qskew-n-not-reproduced` did not, {glue:}`04_qskew-n-not-judged` could not be judged
+# {glue:}`04_qskew-n-not-reproduced` did not, {glue:}`04_qskew-n-outside-regime` lay outside the
+# paper's regime (the gates above), {glue:}`04_qskew-n-not-judged` could not be judged
 # (a failed precondition or a margin inside its noise band) and {glue:}`04_qskew-n-not-run` were
 # not run. The summary below is built from this run's verdicts and numbers.
 

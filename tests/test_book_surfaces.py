@@ -221,8 +221,10 @@ def _findings_problems(page, path: str, width: int, book: Path, chapter: str) ->
     if width == 1280 and box["top"] > 2 * 900:
         out.append(f"{path} @1280: the findings box starts at {box['top']:.0f} px, below the first two screens")
     res = json.loads((book / "results" / f"{chapter}.json").read_text())
-    by_key = {c["key"]: c for c in res["claims"]}
     text = _norm(box["text"].replace("\u2019", "'").replace("\u2018", "'"))  # Sphinx's smart quotes
+    if "pooled over" in text:  # the box states the pooled verdicts of the chapter's seed sweep
+        res = {**res, "claims": pagekit.published_verdicts(chapter, res["claims"], book)[0]}
+    by_key = {c["key"]: c for c in res["claims"]}
     for key in pagekit.headline_keys(chapter):
         c = by_key[key]
         line = _norm(f"{c['verdict'].capitalize()}. {c['claim']}")

@@ -349,8 +349,8 @@ def _set(rows, i, **kv):
         ("plateau", _changed(sweep=lambda s: _set(s, 2, mem_bits=230.0))),
         # 1x8 falls x0.80 between its two largest N: the under-training signature, not a plateau
         ("plateau", _changed(sweep=lambda s: _set(s, 2, mem_bits=160.0))),
-        # 2x16 at 0.5 of H(X) at its largest N: not far below the data's entropy
-        ("plateau", _changed(sweep=lambda s: _set(s, 5, mem_bits=800.0, data_bits=1600.0))),
+        # 2x16 at 0.55 of H(X) at its largest N (± 0.001): not far below the data's entropy
+        ("plateau", _changed(sweep=lambda s: _set(s, 5, mem_bits=880.0, data_bits=1600.0))),
         ("precision", _changed(alpha_fp32=lambda _: 3.4)),  # fp32 below bf16
         ("precision", _changed(alpha_fp32=lambda _: 3.5 * 1.3)),  # more than 25% above
         ("a1", _changed(a1_error_pct=lambda e: {**e, "V": 5.5})),
@@ -368,7 +368,8 @@ def _set(rows, i, **kv):
         ("extraction", _changed(text=lambda t: _set(t, 3, extract_train=0.2))),  # 0.10 above test when large
         ("tfidf", _changed(tfidf_spearman=lambda _: -0.2)),
         ("tfidf", _changed(tfidf_pvalue=lambda _: 0.05)),
-        ("law_text", _changed(law_fit=lambda f: {"text": {**f["text"], "rmse": 0.03}})),
+        # RMSE 0.06 against 0.032 allowed (0.02 beyond the points' own noise 0.025, band ± 0.017)
+        ("law_text", _changed(law_fit=lambda f: {"text": {**f["text"], "rmse": 0.06}})),
         ("table2", _changed(table2_max_abs_error=lambda _: 0.011)),
     ],
 )
@@ -390,7 +391,6 @@ def test_each_claim_fails_on_changed_metrics(key, metrics):
         ("DD_RANGE", (0.6, 4.0), "double_descent"),  # onset 0.5
         ("EXTRACT_TOL", 0.005, "extraction"),  # 0.02 above test ± 0.009 at the largest N
         ("TFIDF_P", 0.005, "tfidf"),  # p = 0.01
-        ("LAW_RMSE", 0.005, "law_text"),  # RMSE 0.01
         ("TABLE2_TOL", 0.001, "table2"),  # error 0.0016
     ],
 )

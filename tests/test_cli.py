@@ -125,10 +125,11 @@ def test_scorecard_and_toc_filter(tmp_path):
     text = book.write_scorecard(book_dir, dest=staged).read_text()
     assert not (book_dir / "scorecard.md").exists()  # render writes into its staging copy only
     text = book.write_scorecard(book_dir).read_text()
-    # paper claims by verdict (reproduced, not reproduced, not judged, not run), sanity checks apart
-    assert "| `cpu` | 1 | 0 | 1 | 1 | 1 of 2 |" in text and "a | b" in text and "not run yet" in text
+    # paper claims by verdict (reproduced, not reproduced, outside the regime, not judged, not run;
+    # no seed-dependent column while no chapter has one), sanity checks apart
+    assert "| `cpu` | 1 | 0 | 0 | 1 | 1 | 1 of 2 |" in text and "a | b" in text and "not run yet" in text
     assert 'class="memlab-claims"' in text and "\u2713 reproduced" in text
-    assert "| `cpu` | 1 | 0 | 1 | 1 | 1 of 2 |" in (book_dir / "_scorecard_summary.md").read_text()
+    assert "| `cpu` | 1 | 0 | 0 | 1 | 1 | 1 of 2 |" in (book_dir / "_scorecard_summary.md").read_text()
     (book_dir / "chapters").mkdir()
     (book_dir / "chapters" / "a.ipynb").write_text("{}")
     toc = {"root": "book/intro", "parts": [{"caption": "C", "chapters": [{"file": "book/chapters/a"}, {"file": "book/chapters/b"}]},
@@ -159,5 +160,5 @@ def test_scorecard_tallies_book_hypotheses_apart_from_paper_claims(tmp_path, mon
     book.write_scorecard(tmp_path)
     summary = (tmp_path / "_scorecard_summary.md").read_text()
     papers, hyp = summary.split("**Book hypotheses**")
-    assert "| A paper chapter | `cpu` | 1 | 0 | 0 | 0 | – |" in papers and "hypotheses chapter" not in papers
-    assert "| A hypotheses chapter | `cpu` | 0 | 1 | 0 | 0 | – |" in hyp
+    assert "| A paper chapter | `cpu` | 1 | 0 | 0 | 0 | 0 | – |" in papers and "hypotheses chapter" not in papers
+    assert "| A hypotheses chapter | `cpu` | 0 | 1 | 0 | 0 | 0 | – |" in hyp

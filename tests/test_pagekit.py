@@ -16,7 +16,8 @@ VERDICTS = [_v(paper.REPRODUCED, claim="First holds."), _v(paper.REPRODUCED, cla
 
 def test_counts_name_every_verdict_and_keep_sanity_checks_apart():
     n = pagekit.counts(VERDICTS)
-    assert n == {paper.REPRODUCED: 2, paper.NOT_REPRODUCED: 1, paper.NOT_JUDGED: 1, paper.NOT_RUN: 0, "sanity": 1}
+    assert n == {paper.REPRODUCED: 2, paper.NOT_REPRODUCED: 1, paper.OUTSIDE_REGIME: 0, paper.NOT_JUDGED: 1,
+                 paper.SEED_DEPENDENT: 0, paper.NOT_RUN: 0, "sanity": 1}
     assert sum(v for k, v in n.items() if k != "sanity") == 4  # claims only
 
 
@@ -34,8 +35,8 @@ def test_glued_counts_are_numbers_with_one_name_per_verdict(monkeypatch):
     glued = {}
     monkeypatch.setattr(pagekit, "_glue", lambda name, value: glued.__setitem__(name, value))
     pagekit.glue_counts("99_x", VERDICTS)
-    assert glued == {"99_x-n-reproduced": 2, "99_x-n-not-reproduced": 1, "99_x-n-not-judged": 1,
-                     "99_x-n-not-run": 0, "99_x-n-sanity": 1}
+    assert glued == {"99_x-n-reproduced": 2, "99_x-n-not-reproduced": 1, "99_x-n-outside-regime": 0,
+                     "99_x-n-not-judged": 1, "99_x-n-seed-dependent": 0, "99_x-n-not-run": 0, "99_x-n-sanity": 1}
     assert all(isinstance(v, int) for v in glued.values())
 
 
@@ -81,7 +82,8 @@ def test_the_findings_box_lists_the_headline_claims_with_our_numbers_and_every_c
     assert bullets == ["- \u2248 **Not judged.** Six of nine methods flip. *Ours:* margin -0.1 inside ±0.2",
                        "- \u2713 **Reproduced.** Gap of \\|dF\\| \\<= 2 pp. *Ours:* dF = +1.5 ± 0.3 pp (p\\_value 0.01)"]
     assert "**Regime.** Our model knows 66 % (paper \\~98 %)." in text  # shown as "~98 %"
-    assert ("Of the paper's 3 claims on this page: 1 reproduced, 1 not reproduced, 1 not judged (inside the "
+    assert ("Of the paper's 3 claims on this page: 1 reproduced, 1 not reproduced, 0 outside the paper's regime "
+            "(our run failed its regime gate), 1 not judged (inside the "
             "noise, or a precondition failed), 0 not run at this profile; 1 sanity check (true by "
             "construction) apart.") in text
     with pytest.raises(ValueError, match=r"headline claims \['zz'\]"):

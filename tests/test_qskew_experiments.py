@@ -156,10 +156,12 @@ def _paper_like():
                    "same": _auc(**{"Calibration": 97.0, "Q-Skew": 80.0})},
         "instruction": _auc(**{"Loss": 55.0, "Calibration": 70.0, "Q-Skew": 82.0}),
         "delta_stats": {gap: {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.2}}},
-        # run.metrics keys the asymmetry table by float ratio, deliberately out of order here
-        "asymmetry": {0.5: {"mean gain (nats)": 0.2, "gain per masked step": 0.1},
-                      0.25: {"mean gain (nats)": 0.3, "gain per masked step": 0.3},
-                      0.75: {"mean gain (nats)": 0.1, "gain per masked step": 0.03}},
+        "delta_band": {gap: 0.05},
+        # run.metrics keys the asymmetry table by float ratio, deliberately out of order here;
+        # standard errors 0.005 nats: a band of 1.96 x hypot(0.005, 0.005) = 0.014 on each step
+        "asymmetry": {0.5: {"mean gain (nats)": 0.2, "gain per masked step": 0.1, "mean gain SE": 0.005},
+                      0.25: {"mean gain (nats)": 0.3, "gain per masked step": 0.3, "mean gain SE": 0.005},
+                      0.75: {"mean gain (nats)": 0.1, "gain per masked step": 0.03, "mean gain SE": 0.005}},
         "table4_base": {gap: _auc(**{"Golden reference": 80.0, "Other-variant reference": 76.0,
                                      "Para-modification reference": 78.0, "SAMA (w/ Ref)": 70.0})},
         "table4_instruct": _auc(**{"Golden reference": 82.0, "Other-variant reference": 79.0,
@@ -192,10 +194,12 @@ def test_claims_all_reproduced_on_paper_like_metrics():
     ev = _evidence(_paper_like())
     band = qs.auc_diff_band(80.0, 68.0, _paper_like())
     assert ev["dft_best"] == f"Q-Skew AUC 80.0 vs best baseline SAMA 68.0 (band \u00b1{band:.1f})"
-    assert ev["gain10"].startswith("Q-Skew minus best baseline AUC: +12.0, +12.0 (mean +12.0), band")
-    assert ev["asymmetry"] == "mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100"
-    assert ev["mismatch"] == ("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
-                              "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0")
+    assert ev["gain10"].startswith("Q-Skew minus best baseline AUC: +12.0, +12.0 (mean +12.0) against the "
+                                   "paper's tables' +8.3, band")
+    assert ev["asymmetry"] == ("mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100 "
+                               "(bands on the steps \u00b10.014, \u00b10.014)")
+    assert ev["mismatch"].startswith("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
+                                     "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0 (bands \u00b1")
     assert ev["pii_combine"].startswith("top-1 hits CE phone 30/100, email 20/100; Combine-0.1 phone 45/100, "
                                         "email 35/100; truth among candidates phone 90/100, email 80/100")
     assert ev["pii_skew_alone"].startswith("Q-Skew (PII mask) 18 hits vs CE 50 of 200")
@@ -225,14 +229,16 @@ G = qs.HEADLINE
 BREAKS = {
     "dft_best": (_set(("domain", G, "Calibration", "AUC"), 85.0), {"dft_best", "gain10"}),
     "ift_best": (_set(("instruction", "Loss", "AUC"), 85.0), {"ift_best", "gain10"}),
-    "gain10": (_set(("domain", G, "SAMA", "AUC"), 75.0), {"gain10"}),  # still best, gains +5 and +12: mean 8.5
+    # Q-Skew still best, gains +2 and +12: mean 7.0, below the paper's tables' 8.3 by more than the band
+    "gain10": (_set(("domain", G, "SAMA", "AUC"), 78.0), {"gain10"}),
     "member_skew": (_set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.5), {"member_skew"}),
     # above the non-members but left-skewed
     "member_skew_negative": (_set(("delta_stats", G, "members", "Q-Skew (pooled)"), -0.01), {"member_skew"}),
     "asymmetry": (_set(("asymmetry", 0.75, "mean gain (nats)"), 0.25), {"asymmetry"}),
     "per_step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per_step"}),
-    "mismatch_drop": (_set(("table4_instruct", "Other-variant reference", "AUC"), 75.5), {"mismatch"}),
-    "mismatch_sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 77.0), {"mismatch"}),
+    # drops and leads outside their AUC bands (about +-1.4 at 2000 + 2000 sequences)
+    "mismatch_drop": (_set(("table4_instruct", "Para-modification reference", "AUC"), 73.0), {"mismatch"}),
+    "mismatch_sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 79.0), {"mismatch"}),
     "ablation": (_set(("ablation", G, "mean instead of skewness", "AUC"), 83.0), {"ablation"}),
     "pii_combine_kind": (_set(("pii", "hits", "Combine-0.1"), {"email": 60, "phone": 25}), {"pii_combine"}),
     "pii_skew_alone": (_set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 45, "phone": 50}), {"pii_skew_alone"}),
@@ -254,6 +260,9 @@ WITHIN_NOISE = {
     "ablation": _set(("ablation", G, "w/o quantile weighting", "AUC"), 80.3),
     "pii_combine": _set(("pii", "hits", "Combine-0.1"), {"email": 20, "phone": 31}),
     "pii_skew_alone": _set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 19, "phone": 30}),
+    "member_skew": _set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.36),  # 0.04 against +-0.05
+    "asymmetry": _set(("asymmetry", 0.75, "mean gain (nats)"), 0.19),  # a step of 0.01 against +-0.014
+    "mismatch": _set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 75.5),  # worst 76.0 leads by 0.5
 }
 
 

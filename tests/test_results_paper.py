@@ -49,6 +49,17 @@ def test_provenance_markdown_names_profile_and_rerun_command():
     assert "profile `cpu`" in md and "memlab run 01_bn_illusion --profile cpu" in md and "`seed=0`" in md
 
 
+def test_box_and_results_file_name_the_same_commit(monkeypatch):
+    """HEAD read once per run: a commit made while a chapter runs cannot split the page from its JSON."""
+    heads = iter(["a" * 40, "b" * 40 + "+dirty", "c" * 40])
+    monkeypatch.setattr(results, "git_commit", lambda: next(heads))
+    run = results.Run(Config("01_bn_illusion", "cpu", {"seed": 0}))
+    box = results.provenance_markdown(run.cfg, run.commit)
+    assert run.payload()["provenance"]["git_commit"] == "a" * 40 and f"commit `{'a' * 12}`" in box
+    dirty = results.provenance_markdown(run.cfg, "d" * 40 + "+dirty")
+    assert "+dirty" not in dirty and "with uncommitted changes" in dirty and "fingerprint" in dirty
+
+
 @pytest.fixture
 def fake_paper(tmp_path, monkeypatch):
     (tmp_path / "ch.yaml").write_text(yaml.safe_dump({
@@ -98,8 +109,8 @@ def test_claim_verdicts():
     assert v["big"]["verdict"] == paper.REPRODUCED and v["big"]["evidence"] == "x = 2"
     assert v["small"]["verdict"] == paper.NOT_REPRODUCED
     assert v["gpu"]["verdict"] == paper.NOT_RUN and v["missing"]["verdict"] == paper.NOT_RUN
-    assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1,
-                                             paper.NOT_JUDGED: 0, paper.NOT_RUN: 2}
+    assert paper.tally(list(v.values())) == {paper.REPRODUCED: 1, paper.NOT_REPRODUCED: 1, paper.OUTSIDE_REGIME: 0,
+                                             paper.NOT_JUDGED: 0, paper.SEED_DEPENDENT: 0, paper.NOT_RUN: 2}
     table = paper.claims_table(list(v.values()))
     assert list(table.columns) == ["Verdict", "Claim", "Paper source", "Our numbers"]
     with pytest.raises(ValueError, match="unique"):

@@ -187,3 +187,92 @@ def test_a_published_sweep_figure_is_shown_under_its_table(tmp_path):
     robustness.publish(sweep_dir, root)
     assert not (root / "robustness" / f"{CHAPTER}.png").exists()
     assert "{figure}" not in robustness.write_page(root).read_text()
+
+
+def _pooled_sweep(tmp_path, margins, code="c0de"):
+    """A sweep folder of one run per margin (seeds 0, 1, ...) of claim c1 (band 0.5), summarised."""
+    from memlab import sweep
+
+    sweep_dir = tmp_path / "pooled-sweep"
+    runs = [f"seed-{s}" for s in range(len(margins))]
+    for s, (run, m) in enumerate(zip(runs, margins)):
+        _sweep_run(sweep_dir, CHAPTER, run, {"seed": s}, code)
+        verdict = "reproduced" if m > 0.5 else "not reproduced" if m < -0.5 else "not judged"
+        (sweep_dir / run / "results" / f"{CHAPTER}.json").write_text(json.dumps(
+            {"profile": "cpu", "provenance": {"chapter_code": code},
+             "claims": [{"key": "c1", "claim": "A claim & more", "source": "T1", "verdict": verdict,
+                         "evidence": f"m={m}", "kind": "claim", "margin": m, "band": 0.5, "what": "q"}]}))
+    (sweep_dir / "sweep.json").write_text(json.dumps(
+        {"chapter": CHAPTER, "profile": "cpu", "axes": {"seed": list(range(len(margins)))}, "runs": runs}))
+    summary = sweep.summarize(sweep_dir)
+    (sweep_dir / "summary.json").write_text(json.dumps(summary))
+    return sweep_dir, summary
+
+
+@pytest.mark.parametrize("margins, verdict", [([0.4, 0.45, 0.42], "reproduced"),
+                                              ([2.0, -2.0, 2.0], "seed-dependent"),
+                                              ([-0.4, -0.45, -0.42], "not reproduced")])
+def test_summary_pools_each_claim_over_the_seeds(tmp_path, margins, verdict):
+    # every seed is inside its own band (0.5) in the first and last case: pooled over three, it is not
+    _, summary = _pooled_sweep(tmp_path, margins)
+    group = summary["groups"][0]
+    pooled = {r["key"]: r for r in group["pooled"]}
+    assert pooled["c1"]["verdict"] == verdict and pooled["c1"]["n_seeds"] == 3
+    assert group["claims"]["c1"]["text"].startswith("reproduced in")  # the per-seed counts stay
+
+
+def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path):
+    from memlab import pagekit
+
+    sweep_dir, _ = _pooled_sweep(tmp_path, [0.4, 0.45, 0.42])
+    root = tmp_path / "book"
+    (root / "results").mkdir(parents=True)
+    published = {"profile": "cpu", "provenance": {"chapter_code": "c0de"},
+                 "claims": [{"key": "c1", "claim": "A claim & more", "source": "T1", "verdict": "not judged",
+                             "evidence": "m=0.4", "kind": "claim", "margin": 0.4, "band": 0.5}]}
+    (root / "results" / f"{CHAPTER}.json").write_text(json.dumps(published))
+    robustness.publish(sweep_dir, root)
+    page = robustness.write_page(root).read_text()
+    section = page.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    assert "<th>Pooled over seeds</th>" in section and "<strong>reproduced</strong>" in section
+    assert "reproduced in 0 of 0 runs (3 not judged)" in section
+    card = book.write_scorecard(root).read_text()
+    assert "verdicts pooled over 3 seeds" in card
+    from memlab.paper import VERDICTS
+
+    line = next(l for l in card.splitlines() if l.startswith(f"| {CHAPTERS[CHAPTER].title} |"))
+    cells = dict(zip(VERDICTS, [c.strip() for c in line.strip("|").split("|")][2:]))
+    assert cells["reproduced"] == "1" and cells["not judged"] == "0"  # the pooled verdict, not seed 0's
+    rows, basis = pagekit.published_verdicts(CHAPTER, published["claims"], book=root)
+    assert basis == pooling_basis(1) and rows[0]["verdict"] == "not judged"  # the sweep is not of today's code
+    # a sweep of earlier code: the scorecard falls back to the page's single-seed verdicts
+    published["provenance"]["chapter_code"] = "n3w"
+    (root / "results" / f"{CHAPTER}.json").write_text(json.dumps(published))
+    assert "single-seed verdicts" in book.write_scorecard(root).read_text()
+
+
+def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
+    from memlab import pagekit
+    from memlab.results import chapter_code
+
+    sweep_dir, _ = _pooled_sweep(tmp_path, [0.4, 0.45, 0.42], code=chapter_code(CHAPTER))
+    root = tmp_path / "book"
+    robustness.publish(sweep_dir, root)
+    own = [{"key": "c1", "claim": "A claim", "source": "T1", "verdict": "not judged", "evidence": "m=0.4"}]
+    rows, basis = pagekit.published_verdicts(CHAPTER, own, book=root)
+    assert rows[0]["verdict"] == "reproduced" and "pooled over 3 seeds" in basis
+    text = pagekit.findings_markdown(rows, ["c1"], basis=basis)
+    assert "pooled over 3 seeds" in text and "Reproduced" in text
+    assert "single-seed" in pagekit.published_verdicts(CHAPTER, own, book=tmp_path / "nothing")[1]
+
+
+def test_an_old_summary_without_pooled_rows_still_renders(tmp_path):
+    text = robustness.write_page(_book(tmp_path, _summary(2, 3))).read_text()
+    section = text.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
+    assert '<td data-label="Pooled over seeds">–</td>' in section
+
+
+def pooling_basis(n):
+    from memlab import pooling
+
+    return pooling.basis_words(n)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from memlab import publish, robustness
+from memlab import paper, publish, robustness
 from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError, repo_root
 
@@ -25,21 +25,36 @@ class BuildError(RuntimeError):
     """Jupyter Book did not build the book cleanly; its messages went to stderr."""
 
 
+# The scorecard's column of each verdict (memlab.paper.VERDICTS, in that order).
+SCORECARD_HEADS = {paper.REPRODUCED: "Reproduced", paper.NOT_REPRODUCED: "Not reproduced in regime",
+                   paper.OUTSIDE_REGIME: "Outside the paper's regime",
+                   paper.NOT_JUDGED: "Not judged within noise", paper.SEED_DEPENDENT: "Seed-dependent",
+                   paper.NOT_RUN: "Not run at this profile"}
+
+
 def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     """``scorecard.md`` (every claim) and ``_scorecard_summary.md`` (counts, on the front page).
 
     Reads ``book/results``; writes into ``dest`` (default ``book``), so that :func:`render`
     can write into its staging copy and leave ``book/`` as it was when a build fails.
     """
-    from memlab.paper import CLAIM, REPRODUCED, SANITY, VERDICTS, claims_table, tally
+    from memlab.paper import CLAIM, REPRODUCED, SANITY, SEED_DEPENDENT, claims_table, tally
     from memlab.results import load_results
 
     dest = Path(dest) if dest is not None else book
+    published = {cid: load_results(cid, book) for cid in CHAPTERS}
+    # The pooled verdicts of a current seed sweep where one is published, else seed 0's own.
+    pooled_of = {cid: robustness.current_pooled(book, cid, res) if res is not None else None
+                 for cid, res in published.items()}
     # Paper claims are counted by verdict; sanity checks (true by construction or arithmetic)
-    # get their own column so that they never inflate the "reproduced" count.
+    # get their own column so that they never inflate the "reproduced" count. A pooled
+    # "seed-dependent" verdict gets its column only when some chapter has one.
+    seeded = any(c.get("verdict") == SEED_DEPENDENT for cid, res in published.items() if res
+                 for c in (pooled_of[cid][0] if pooled_of[cid] else res.get("claims", [])))
+    shown = [v for v in paper.VERDICTS if v != SEED_DEPENDENT or seeded]
     header = [
-        "| Chapter | Profile | " + " | ".join(v.capitalize() for v in VERDICTS) + " | Sanity checks passed |",
-        "|---|---|" + "---|" * (len(VERDICTS) + 1),
+        "| Chapter | Profile | " + " | ".join(SCORECARD_HEADS[v] for v in shown) + " | Sanity checks passed |",
+        "|---|---|" + "---|" * (len(shown) + 1),
     ]
     # A chapter of the book's own pre-registered hypotheses (chapters.Chapter.hypotheses) tests
     # no paper, so its verdicts are tallied in a table of their own.
@@ -47,28 +62,31 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     details = []
     for cid, ch in CHAPTERS.items():
         rows = hypotheses if ch.hypotheses else summary
-        res = load_results(cid, book)
+        res = published[cid]
         if res is None:
-            rows.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in VERDICTS) + " | – |")
+            rows.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in shown) + " | – |")
             continue
-        counts = tally(res.get("claims", []), CLAIM)
-        sanity = tally(res.get("claims", []), SANITY)
+        pooled = pooled_of[cid]
+        verdicts = pooled[0] if pooled else res.get("claims", [])
+        basis = f"verdicts pooled over {pooled[1]} seeds" if pooled else "single-seed verdicts"
+        counts = tally(verdicts, CLAIM)
+        sanity = tally(verdicts, SANITY)
         n_sanity = sum(sanity.values())
         sane = f"{sanity[REPRODUCED]} of {n_sanity}" if n_sanity else "–"
-        rows.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in VERDICTS)
+        rows.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in shown)
                     + f" | {sane} |")
         kind = ("its pre-registered book hypotheses (no paper; `data/papers/" + cid + ".yaml`, judged like "
                 "claims: *reproduced* means the hypothesis held)") if ch.hypotheses else ""
         details += ["", f"## {ch.title}" + (" (book hypotheses)" if ch.hypotheses else ""), "",
-                    f"Profile `{res['profile']}`; details in [the chapter](chapters/{cid}.ipynb)"
+                    f"Profile `{res['profile']}`, {basis}; details in [the chapter](chapters/{cid}.ipynb)"
                     + (f"; {kind}" if kind else "") + ".", ""]
-        if res.get("claims"):
+        if verdicts:
             # The same HTML table as in the chapter (verdict first, full text, stacked on a phone),
             # plus how often each claim held across seeds where a sweep is published.
             # A sweep of earlier chapter code is not evidence about today's verdicts.
             sweep = robustness.load(book, cid)
             across = robustness.claim_counts(sweep) if robustness.is_current(sweep, res) else {}
-            details += [claims_table(res["claims"], across or None)._repr_html_(), ""]
+            details += [claims_table(verdicts, across or None)._repr_html_(), ""]
     if hypotheses:
         summary += ["", "**Book hypotheses** (pre-registered by this book, not claims of a paper):", "",
                     *header, *hypotheses]
@@ -79,10 +97,18 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
         "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
         "*not run at this profile* needs a larger profile (usually `paper`, on a GPU); a claim marked "
         "*not judged* could not be decided by this run (its margin lies inside the measurement's noise "
-        "band, shown in its evidence, or a precondition failed). A *sanity check* holds by construction "
+        "band, shown in its evidence, or a precondition failed). A claim *outside the paper's regime* "
+        "was made by its paper about models unlike ours: its regime gate (the paper's setting as a "
+        "measurable precondition, shown in its row) fails on our run, with the gap given; *not "
+        "reproduced in regime* counts only claims whose gate holds or that have none. A "
+        "*seed-dependent* claim (a pooled verdict) held on some seeds and failed on others outside "
+        "their noise bands. A *sanity check* holds by construction "
         "or arithmetic: it tests our code, not the paper, and is counted apart. "
         "A *not reproduced* claim says why, from what its chapter measured. Where a seed sweep is "
-        "published, *Across seeds* says how often the claim held ([Robustness](robustness.md)).",
+        "published, *Across seeds* says how often the claim held ([Robustness](robustness.md)). "
+        "Where a seed sweep of the chapter's current code is published, the verdicts and counts are pooled "
+        "over its seeds (the mean margin judged against a band that includes the spread between seeds; "
+        "*seed-dependent* where seeds disagree outside their bands); elsewhere they are single-seed.",
         "",
     ]
     dest.mkdir(parents=True, exist_ok=True)
@@ -233,6 +259,36 @@ def hide_parameter_cells(notebook: Path) -> bool:
     return changed
 
 
+def append_markdown(notebook: Path, texts: list[str]) -> bool:
+    """Append one markdown cell per text to a (staged) executed notebook; whether any was added."""
+    import json
+
+    if not texts:
+        return False
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    nb["cells"] += [{"cell_type": "markdown", "metadata": {}, "source": t.splitlines(keepends=True)} for t in texts]
+    notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
+
+
+def add_gpu_section(notebook: Path, gpu_dir: Path) -> bool:
+    """Append the chapter's "At paper scale (GPU)" section (:mod:`memlab.gpu_evidence`) to a staged page."""
+    from memlab import gpu_evidence
+
+    text = gpu_evidence.section_markdown(notebook.stem, gpu_dir)
+    return append_markdown(notebook, [text] if text else [])
+
+
+def add_chapter_sections(notebook: Path, book: Path) -> bool:
+    """Append the sections a chapter renders from published side runs (its ``render_sections(book)``)."""
+    from memlab import config
+
+    if notebook.stem not in CHAPTERS:
+        return False
+    fn = getattr(config.chapter_module(notebook.stem), "render_sections", None)
+    return append_markdown(notebook, fn(book) if fn else [])
+
+
 def render(root: Path | None = None, out: Path | None = None) -> Path:
     """Build the HTML book from the executed chapters (never re-executes); returns index.html.
 
@@ -259,6 +315,9 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         robustness.write_page(root / "book", dest=stage / "book")
         for nb in (stage / "book" / "chapters").glob("*.ipynb"):
             hide_parameter_cells(nb)
+            add_gpu_section(nb, root / "book" / "gpu")
+            add_chapter_sections(nb, root / "book")
+        conf["exclude_patterns"] = list(conf.get("exclude_patterns", [])) + ["book/gpu/**", "book/real/**"]
         _apply_repository(conf, url)
         _apply_mathjax(conf, stage, find_mathjax(root))
         (stage / "_config.yml").write_text(yaml.safe_dump(conf, sort_keys=False))

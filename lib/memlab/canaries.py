@@ -325,6 +325,26 @@ def deepseek_format(codec) -> ChatFormat:
                       think_close="</think>", end=tok.eos_token or "<｜end▁of▁sentence｜>", bos=bos)
 
 
+def template_format(codec, think_open: str = "<think>", think_close: str = "</think>") -> ChatFormat:
+    """Chat tags read off the tokenizer's own chat template (one user turn, then the assistant's).
+
+    The template is rendered around a marker question: what precedes it (system turn included,
+    as the model was tuned with it) becomes the user tag, what follows it up to the assistant's
+    text the assistant tag, and the tokenizer's ``eos_token`` ends the answer. The trace sits
+    between ``think_open`` and ``think_close``, which the model's vocabulary need not hold as
+    single tokens yet (:func:`memlab.lm.add_special_tokens` adds them).
+    """
+    tok = codec.tokenizer
+    marker = "\u2063QUESTION\u2063"  # invisible separators: no template writes them itself
+    text = tok.apply_chat_template([{"role": "user", "content": marker}], tokenize=False, add_generation_prompt=True)
+    if text.count(marker) != 1 or not tok.eos_token:
+        raise ValueError(f"tokenizer {getattr(tok, 'name_or_path', '')!r}: its chat template must render one user "
+                         "turn and it must define an eos_token (the answer's end)")
+    user, assistant = text.split(marker)
+    return ChatFormat(codec, user=user, assistant=assistant, think_open=think_open, think_close=think_close,
+                      end=tok.eos_token)
+
+
 def trace_nonempty(texts: Sequence[str], close_tag: str = "</think>") -> np.ndarray:
     """(n,) booleans: the trace parsed by :func:`split_trace` (missing tag -> trace) has non-space text."""
     return np.array([bool(split_trace(t, close_tag)[0].strip()) for t in texts], bool)

@@ -6,6 +6,7 @@
     memlab list
     memlab exercises build [CHAPTER ...] [--book] | memlab exercises grade PATH ...   (memlab.exercises)
     memlab sweep CHAPTER [--profile P] -p NAME VALUES ... | memlab sweep --summary DIR   (memlab.sweep)
+    memlab compare A B | memlab compare CHAPTER [--json PATH|-] [--strict]   (memlab.compare)
 
 ``run`` checks the chapter name, every parameter name and value against the
 chapter's SPEC (the one declaration of its parameters; ``memlab list`` prints
@@ -76,6 +77,23 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
+    cp = sub.add_parser("compare", help="do two runs of a chapter agree? (memlab.compare)",
+                        description="Compare two runs of a chapter: every verdict that changed, every metric "
+                                    "whose difference lies outside its band (each band's rule is named), the "
+                                    "provenance that differs (CPU, vector ISA, threads, code, parameters) and "
+                                    "the cost. With one argument, a chapter id, compare your newest "
+                                    "run of it (outside the published book) with the published page.",
+                        epilog="exit status: 0 when no verdict changed and no metric differs outside its "
+                               "band; 1 when something does (with --strict, also a difference with no band "
+                               "known); 2 for bad input (nothing is written).")
+    cp.add_argument("a", metavar="A", help="a results file (<book>/results/<chapter>.json), a run folder "
+                                           "(a --book-dir folder), a sweep folder or summary; or a chapter "
+                                           "id (" + ", ".join(CHAPTERS) + ") alone")
+    cp.add_argument("b", metavar="B", nargs="?", default=None, help="the other results file or folder")
+    cp.add_argument("--json", default=None, metavar="PATH", help="also write the report as JSON to PATH "
+                                                                  "(- for stdout, instead of the text)")
+    cp.add_argument("--strict", action="store_true",
+                    help="count differences with no band known as differences (exit 1)")
     exercises.add_subparser(sub)  # memlab exercises build|grade (memlab.exercises)
     sw = sub.add_parser("sweep", help="run a chapter over a grid of parameter values on Dask",
                         description="Run the Cartesian product of the -p values as independent chapter runs "
@@ -215,6 +233,42 @@ def _sweep_command(parser, args, pairs) -> None:
                            "allow_cpu": args.allow_cpu})
 
 
+def _compare_command(args) -> int:
+    """``memlab compare``: the reports of :mod:`memlab.compare`, as text and/or JSON; its exit code."""
+    import json
+
+    from memlab import compare
+
+    try:
+        if args.b is None:
+            if Path(args.a).expanduser().exists():
+                raise ValueError(f"{args.a!r} is a path: give a second results file or folder to compare it "
+                                 f"with, or a chapter id alone ({', '.join(CHAPTERS)})")
+            reports, _ = compare.compare_latest(args.a)
+        else:
+            reports = compare.compare_paths(args.a, args.b)
+        if args.json is not None and args.json != "-":
+            out = Path(args.json).expanduser()
+            if out.is_dir() or not out.parent.is_dir():
+                raise ValueError(f"parameter 'json': {args.json!r} is not a file in an existing folder")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    code = compare.exit_code(reports, args.strict)
+    payload = {"reports": reports, "strict": args.strict, "exit_code": code}
+    if args.json == "-":
+        print(json.dumps(payload, indent=1))
+        return code
+    for i, r in enumerate(reports):
+        print(("\n" if i else "") + "\n".join(compare.lines(r)))
+    print("\n" + compare.verdict_line(reports, args.strict))
+    if args.json is not None:
+        from memlab.results import write_json_atomic
+
+        write_json_atomic(Path(args.json).expanduser(), payload)
+        print(f"report: {args.json}")
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -263,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             render()
         elif args.command == "sweep":
             _sweep_command(parser, args, pairs)
+        elif args.command == "compare":
+            return _compare_command(args)
         elif args.command == "exercises":
             return exercises.main(args)
         elif args.command == "models":

@@ -150,8 +150,31 @@ def pad_sequences(seqs: Sequence[Sequence[int]], pad_id: int, side: str = "right
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def attach_lora(model, rank: int, state: dict[str, torch.Tensor] | None = None, targets: Sequence[str] = LORA_TARGETS):
+def add_special_tokens(model, tokenizer, tokens: Sequence[str]) -> tuple[int, ...]:
+    """Make each of ``tokens`` one special token of ``tokenizer``; the ids of those it had to add.
+
+    A pretrained tokenizer may split a tag such as ``</think>`` into several pieces (SmolLM2's
+    gives 3), while the chapter's probes ban, find and split on the tag as one id. Tokens already
+    encoded as one id are left alone. The model's embeddings (and a tied output head) grow to the
+    new vocabulary; new rows start at the old rows' mean and covariance (transformers'
+    ``mean_resizing``), so they change the base model's outputs on no old token. The added ids are
+    for :func:`attach_lora`'s ``trainable_tokens``: only their rows train.
+    """
+    missing = [t for t in tokens if len(tokenizer(t, add_special_tokens=False)["input_ids"]) != 1]
+    if not missing:
+        return ()
+    tokenizer.add_tokens(missing, special_tokens=True)
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=True)
+    return tuple(int(tokenizer.convert_tokens_to_ids(t)) for t in missing)
+
+
+def attach_lora(model, rank: int, state: dict[str, torch.Tensor] | None = None, targets: Sequence[str] = LORA_TARGETS,
+                trainable_tokens: Sequence[int] = ()):
     """``model`` wrapped by peft in a LoRA adapter of ``rank`` (alpha 2 rank, no dropout) on ``targets``.
+
+    ``trainable_tokens``: vocabulary ids whose embedding rows (and tied output rows) train as a
+    delta beside the adapter (peft's ``trainable_token_indices``): the tags
+    :func:`add_special_tokens` added, which the base model has never seen.
 
     The adapter is fresh (peft's initialisation, from torch's global generator: lora_B = 0, so
     the output is the base model's) or loaded from ``state`` (a peft adapter state dict
@@ -164,12 +187,23 @@ def attach_lora(model, rank: int, state: dict[str, torch.Tensor] | None = None, 
     if int(rank) < 1:
         raise ValueError(f"parameter 'rank': must be an integer >= 1 (got {rank!r})")
     dev = next(model.parameters()).device
+    extra = {"trainable_token_indices": [int(i) for i in trainable_tokens]} if len(trainable_tokens) else {}
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=list(targets),
-                        task_type="CAUSAL_LM")
+                        task_type="CAUSAL_LM", **extra)
     peft_model = get_peft_model(model, config)
     if state is not None:
         set_peft_model_state_dict(peft_model, {k: v.to(dev) for k, v in state.items()})
     return peft_model
+
+
+def lora_state(peft_model) -> dict[str, torch.Tensor]:
+    """The adapter's trained tensors on the CPU, ``{name: tensor}``: LoRA factors (lora_A of shape
+    (rank, in), lora_B (out, rank)) and trainable-token deltas ((n_tokens, hidden) each), never the
+    base's (resized) embedding matrices of shape (vocab, hidden), which peft would otherwise save whole."""
+    from peft import get_peft_model_state_dict
+
+    state = get_peft_model_state_dict(peft_model, save_embedding_layers=False)
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
 
 
 def unload_lora(peft_model):

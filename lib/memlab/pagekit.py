@@ -16,18 +16,15 @@ from typing import Sequence
 from memlab import config, paper, results
 from memlab.costs import minutes
 
-# The glue name of each verdict's count: ``<chapter>-n-<slug>``.
-VERDICT_SLUGS = {
-    paper.REPRODUCED: "reproduced",
-    paper.NOT_REPRODUCED: "not-reproduced",
-    paper.NOT_JUDGED: "not-judged",
-    paper.NOT_RUN: "not-run",
-}
+# The glue name of each verdict's count: ``<chapter>-n-<slug>`` (the slugs are also the CSS classes).
+VERDICT_SLUGS = paper.VERDICT_SLUGS
 
 SUMMARY_HEADS = {
     paper.REPRODUCED: "What held",
     paper.NOT_REPRODUCED: "What did not",
+    paper.OUTSIDE_REGIME: "Outside the paper's regime",
     paper.NOT_JUDGED: "What this run cannot decide",
+    paper.SEED_DEPENDENT: "What depends on the seed",
 }
 
 
@@ -63,7 +60,8 @@ def counts(verdicts: Sequence[dict]) -> dict[str, int]:
 
 
 def glue_counts(chapter: str, verdicts: Sequence[dict]) -> dict[str, int]:
-    """Glue ``<chapter>-n-reproduced``, ``-n-not-reproduced``, ``-n-not-judged``, ``-n-not-run``, ``-n-sanity``."""
+    """Glue ``<chapter>-n-<slug>`` for every verdict (:data:`VERDICT_SLUGS`: ``reproduced``,
+    ``not-reproduced``, ``outside-regime``, ``not-judged``, ``seed-dependent``, ``not-run``) and ``-n-sanity``."""
     n = counts(verdicts)
     for verdict, slug in VERDICT_SLUGS.items():
         _glue(f"{chapter}-n-{slug}", n[verdict])
@@ -84,10 +82,13 @@ def counts_sentence(n: dict[str, int], what: str = "the paper's claims") -> str:
 
     ``what`` names what was judged, possessive first ("the paper's claims", "the book's hypotheses").
     """
-    total = sum(n[v] for v in paper.VERDICTS)
+    total = sum(n.get(v, 0) for v in paper.VERDICTS)
     parts = [f"{n[paper.REPRODUCED]} reproduced", f"{n[paper.NOT_REPRODUCED]} not reproduced",
-             f"{n[paper.NOT_JUDGED]} not judged (inside the noise, or a precondition failed)",
-             f"{n[paper.NOT_RUN]} not run at this profile"]
+             f"{n.get(paper.OUTSIDE_REGIME, 0)} outside the paper's regime (our run failed its regime gate)",
+             f"{n[paper.NOT_JUDGED]} not judged (inside the noise, or a precondition failed)"]
+    if n.get(paper.SEED_DEPENDENT):  # a pooled verdict only: named where some claim has it
+        parts.append(f"{n[paper.SEED_DEPENDENT]} seed-dependent (the seeds disagree outside their bands)")
+    parts.append(f"{n[paper.NOT_RUN]} not run at this profile")
     sanity = f"; {n['sanity']} sanity check{'s' if n['sanity'] != 1 else ''} (true by construction) apart" \
         if n["sanity"] else ""
     owner, _, noun = what.rpartition(" ")
@@ -103,11 +104,12 @@ def md_escape(text: str) -> str:
 
 
 def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime: str = "",
-                      what: str = "the paper's claims") -> str:
+                      what: str = "the paper's claims", basis: str = "") -> str:
     """The box a chapter opens with: each headline claim's verdict and our numbers, the regime, the counts.
 
     ``headline``: claim keys in the order to show (unknown keys raise ValueError: a typo in the
     yaml). Every number comes from ``verdicts`` (the claims' evidence), none is typed by hand.
+    ``basis`` (a sentence, :func:`published_verdicts`) says whether the verdicts are pooled over seeds.
     """
     by_key = {v["key"]: v for v in verdicts}
     unknown = [k for k in headline if k not in by_key]
@@ -124,10 +126,31 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
     lines.append("")
     if regime:
         lines += [f"**Regime.** {md_escape(regime)}", ""]
-    lines.append(counts_sentence(counts(verdicts), what) + " The claims table below gives every claim "
-                 "with its noise band and the reason where one did not reproduce.")
+    lines.append(counts_sentence(counts(verdicts), what) + (f" {md_escape(basis)}" if basis else "")
+                 + " The claims table below gives every claim with its noise band and the reason where one "
+                 "did not reproduce.")
+    outside = outside_regimes(verdicts)
+    if outside:
+        lines += ["", "**Outside the paper's regime.** " + " ".join(
+            f"{len(claims)} claim{'s' if len(claims) != 1 else ''} gated on *{md_escape(text.rstrip('.'))}*: "
+            f"ours {md_escape(gap)}." for text, gap, claims in outside)]
     lines.append(":::")
     return "\n".join(lines)
+
+
+def outside_regimes(verdicts: Sequence[dict]) -> list[tuple[str, str, list[str]]]:
+    """The failed regime gates of ``verdicts``: ``(regime sentence, measured gap, claim texts)`` each.
+
+    Sanity checks are never gated; rows are grouped by regime in the order they first appear.
+    """
+    groups: dict[str, tuple[str, str, list[str]]] = {}
+    for v in verdicts:
+        if v["verdict"] == paper.OUTSIDE_REGIME and v.get("kind", paper.CLAIM) == paper.CLAIM:
+            reg = v.get("regime") or {}
+            name = reg.get("name", v["evidence"])
+            groups.setdefault(name, (str(reg.get("text", "")), paper.ClaimsTable._evidence(v), []))[2].append(
+                str(v["claim"]).rstrip("."))
+    return list(groups.values())
 
 
 def judged_what(chapter: str) -> str:
@@ -138,11 +161,33 @@ def judged_what(chapter: str) -> str:
     return "the book's hypotheses" if hypotheses else "the paper's claims"
 
 
+def published_verdicts(chapter: str, verdicts: Sequence[dict], book=None) -> tuple[list[dict], str]:
+    """The verdicts a page's findings state, and a sentence saying what they are pooled over.
+
+    Where ``book`` (default the repository's ``book/``) holds a seed sweep of the chapter's current
+    code (:func:`memlab.robustness.current_pooled`), its pooled rows (:mod:`memlab.pooling`) replace
+    this run's, claim by claim; otherwise this run's ``verdicts`` are returned as single-seed.
+    """
+    from pathlib import Path
+
+    from memlab import pooling, robustness
+
+    book = Path(book) if book is not None else config.repo_root() / "book"
+    now = {"provenance": {"chapter_code": results.chapter_code(chapter)}}
+    found = robustness.current_pooled(book, chapter, now)
+    if found is None:
+        return list(verdicts), pooling.basis_words(1)
+    by_key = {r["key"]: r for r in found[0]}
+    return [by_key.get(v["key"], v) for v in verdicts], pooling.basis_words(found[1])
+
+
 def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> str:
-    """Glue :func:`findings_markdown` as ``<chapter>-findings`` (the page shows it at the top)."""
+    """Glue :func:`findings_markdown` as ``<chapter>-findings`` (the page shows it at the top), with
+    the pooled verdicts of a current seed sweep where one is published (:func:`published_verdicts`)."""
     from IPython.display import Markdown
 
-    text = findings_markdown(verdicts, headline_keys(chapter), regime, judged_what(chapter))
+    verdicts, basis = published_verdicts(chapter, verdicts)
+    text = findings_markdown(verdicts, headline_keys(chapter), regime, judged_what(chapter), basis)
     _glue(f"{chapter}-findings", Markdown(text))
     return text
 
@@ -150,6 +195,9 @@ def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> s
 def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, str] | None = None,
           metrics: dict | None = None) -> list[dict]:
     """Evaluate ``claims`` on the run's metrics, show the claims table, save the run, glue the counts.
+
+    The claims are gated on the regimes of the chapter's yaml (:func:`memlab.paper.regimes`), so a
+    chapter gets its gates with no notebook edit.
 
     ``metrics`` overrides what the claims read (default ``run.metrics``); ``across`` (claim key ->
     text) adds the claims table's "Across seeds" column. Returns the verdicts (JSON-able dicts).
@@ -160,7 +208,7 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
 
     chapter = run.chapter
     verdicts = paper.evaluate(claims, run.metrics if metrics is None else metrics, run.cfg.profile,
-                              reasons=paper.reasons(chapter))
+                              reasons=paper.reasons(chapter), regimes=paper.regimes(chapter))
     display(paper.claims_table(verdicts, across=across))
     run.save(claims=verdicts)
     glue_counts(chapter, verdicts)
@@ -175,6 +223,10 @@ def summary_markdown(verdicts: Sequence[dict], regime: str = "") -> str:
             by_verdict.setdefault(v["verdict"], []).append(v["claim"].rstrip("."))
     parts = [f"**{head}.** {'; '.join(by_verdict[v])}."
              for v, head in SUMMARY_HEADS.items() if by_verdict.get(v)]
+    gaps = [f"*{text.rstrip('.')}*: ours {gap}" for text, gap, _ in outside_regimes(verdicts)]
+    if gaps:  # the gap right after the claims it keeps outside (the heads are in VERDICTS order)
+        at = next(i for i, p in enumerate(parts) if p.startswith(f"**{SUMMARY_HEADS[paper.OUTSIDE_REGIME]}."))
+        parts[at] += " The paper's regime, against ours: " + ". ".join(gaps) + "."
     if regime:
         parts.append(regime)
     return "\n\n".join(parts)
@@ -202,3 +254,45 @@ def glue_cost(run: results.Run, cold_train_cpu_s: float = 0.0) -> dict[str, floa
     for name, value in out.items():
         _glue(f"{run.chapter}-{name}", value)
     return out
+
+
+REGIMES_COLUMNS = ["What the paper tested", "How the gate was chosen", "Ours", "Holds",
+                   "Claims it gates", "What would decide it"]
+
+
+def _cost_words(cost: dict | None) -> str:
+    """``decide_cost`` (minutes) in words: "about 600 min on 2 CPU cores, 8 min on one GPU"."""
+    parts = [f"{minutes(cost[k] * 60):g} min on {where}" for k, where in
+             (("cpu_2core_min", "2 CPU cores"), ("gpu_min", "one GPU")) if (cost or {}).get(k) is not None]
+    return f"estimated {', '.join(parts)}" if parts else ""
+
+
+def regimes_table(chapter: str, verdicts: Sequence[dict]):
+    """The chapter's regime gates as readers see them: one row per regime (index: its name in words).
+
+    Columns :data:`REGIMES_COLUMNS`: the regime's sentence, how the gate was chosen (from the
+    paper), our measured values with their labels, whether the gate holds here ("yes", "no", or
+    "not measured" where no gated claim was evaluated on this run), the texts of the claims it
+    gates, and the run that would decide them with its estimated cost. ``verdicts`` are this
+    run's rows (:func:`judge`); a gated key missing from them raises ValueError (a typo).
+    """
+    import pandas as pd
+
+    by_key = {v["key"]: v for v in verdicts}
+    rows, names = [], []
+    for name, reg in paper.regimes(chapter).items():
+        unknown = [k for k in reg["claims"] if k not in by_key]
+        if unknown:
+            raise ValueError(f"regimes_table: regime {name!r} of {chapter} gates claims {unknown} that "
+                             f"these verdicts lack ({', '.join(by_key)})")
+        measured = next((by_key[k]["regime"] for k in reg["claims"] if by_key[k].get("regime")), None)
+        if measured is None:
+            ours, holds = "not measured on this run", "not measured"
+        else:
+            ours = "; ".join(paper.measured_words(m) for m in measured["measured"])
+            holds = {True: "yes", False: "no"}.get(measured["holds"], "not measured")
+        decide = "; ".join(t for t in (reg.get("decide", "").rstrip("."), _cost_words(reg.get("decide_cost"))) if t)
+        rows.append([reg["text"], reg["why"], ours, holds,
+                     "; ".join(str(by_key[k]["claim"]).rstrip(".") for k in reg["claims"]), decide or "\u2013"])
+        names.append(name.replace("_", " "))
+    return pd.DataFrame(rows, columns=REGIMES_COLUMNS, index=pd.Index(names, name="Regime"))

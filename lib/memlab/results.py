@@ -107,8 +107,8 @@ def cpu_name() -> str:
     return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
 
 
-def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
-    """Where a result came from: commit, versions, device, wall time, date."""
+def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> dict[str, Any]:
+    """Where a result came from: commit (``commit``, else HEAD now), versions, device, wall time, date."""
     import torch
 
     try:
@@ -120,7 +120,7 @@ def provenance(profile: str, wall_time_s: float) -> dict[str, Any]:
     dev = device()
     name = torch.cuda.get_device_name(0) if dev.type == "cuda" else cpu_name()
     return {
-        "git_commit": git_commit(),
+        "git_commit": commit or git_commit(),
         "memlab_version": memlab.__version__,
         "profile": profile,
         "device": f"{dev.type} ({name})",
@@ -191,6 +191,8 @@ class Run:
         self.metrics: dict[str, Any] = {}
         self.started = time.perf_counter()
         self.cpu_started = time.process_time()  # this process's CPU time: the cost whatever the load
+        # read once, so the page's provenance box and its results file name the same commit
+        self.commit = git_commit()
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -223,7 +225,7 @@ class Run:
             "metrics": self.metrics,
             "claims": claims or [],
             "figures": figures,
-            "provenance": {**provenance(self.cfg.profile, self.elapsed()),
+            "provenance": {**provenance(self.cfg.profile, self.elapsed(), self.commit),
                            "chapter_code": chapter_code(self.chapter),
                            "cost": self.cost()},
         }
@@ -240,11 +242,16 @@ class Run:
         """Show, in the notebook, which profile and parameters produced this page."""
         from IPython.display import Markdown, display
 
-        display(Markdown(provenance_markdown(self.cfg)))
+        display(Markdown(provenance_markdown(self.cfg, self.commit)))
+
+
+# What one run's verdicts are (the closing lines of a page and of ``memlab run`` say it).
+SINGLE_SEED = ("Its verdicts are single-seed (this run alone); `memlab sweep` over seeds pools them "
+               "(see the Robustness page).")
 
 
 def _show_closing_line(payload: dict) -> None:
-    """In a notebook, say how long the run took and where its numbers went."""
+    """In a notebook, say how long the run took, where its numbers went, and that its verdicts are one seed's."""
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display
@@ -255,7 +262,7 @@ def _show_closing_line(payload: dict) -> None:
     prov = payload["provenance"]
     display(Markdown(
         f"*This page ran at the `{payload['profile']}` profile in {prov['wall_time_s']:.0f} s on {prov['device']}; "
-        f"its numbers are in `{_where_results_go(payload['chapter'])}`.*"
+        f"its numbers are in `{_where_results_go(payload['chapter'])}`. {SINGLE_SEED}*"
     ))
 
 
@@ -266,19 +273,21 @@ def _where_results_go(chapter: str) -> str:
     return str(scratch_dir() / "results" / f"{chapter}.json")
 
 
-def provenance_markdown(cfg: Config) -> str:
+def provenance_markdown(cfg: Config, commit: str | None = None) -> str:
     """A collapsed MyST admonition: one title line (profile, seed, commit, machine), the parameters inside."""
-    p = provenance(cfg.profile, 0.0)
+    p = provenance(cfg.profile, 0.0, commit)
     params = ", ".join(f"`{k}={v}`" for k, v in cfg.items())
     seed = f" · seed {cfg['seed']}" if "seed" in cfg else ""
-    commit = p["git_commit"]
-    short = commit[:12] + ("+dirty" if commit.endswith("+dirty") else "")
+    sha, dirty = p["git_commit"].removesuffix("+dirty"), p["git_commit"].endswith("+dirty")
+    short = sha[:12]
+    code = (f"commit `{sha}` with uncommitted changes to the code (the chapter's code fingerprint "
+            f"`{(chapter_code(cfg.chapter) or 'unknown')[:12]}` identifies it)" if dirty else f"commit `{sha}`")
     title = (f"Provenance: profile `{cfg.profile}`{seed} · commit `{short}` · {p['device']}, "
              f"{p['cpu_threads']} thread{'s' if p['cpu_threads'] != 1 else ''}")
     return (
         f":::{{admonition}} {title}\n:class: note dropdown\n\n"
         f"Produced at the **{cfg.profile}** profile with {params}.  \n"
-        f"Code: commit `{p['git_commit']}`, memlab {p['memlab_version']}, torch {p['torch']}, "
+        f"Code: {code}, memlab {p['memlab_version']}, torch {p['torch']}, "
         f"transformers {p['transformers']}; device {p['device']}; run on {p['date']}.  \n"
         f"Re-run: `memlab run {cfg.chapter} --profile {cfg.profile}` (add `-p name value` to change a parameter). "
         "The wall time is in the chapter's results file.\n:::"

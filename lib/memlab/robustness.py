@@ -4,7 +4,9 @@
 ``book/robustness/<chapter>.json`` (a seed sweep) or ``<chapter>--<axes>.json`` (a sweep
 over other parameters too, e.g. chapter 1's forget classes). From those files
 :func:`write_page` builds the book's *Robustness* page, and :func:`claim_counts`
-gives the scorecard its "across seeds" column. A chapter without a published
+gives the scorecard its "across seeds" column; :func:`pooled_verdicts` and :func:`current_pooled`
+give the verdicts pooled over the seeds (:mod:`memlab.pooling`), which the scorecard and the
+chapters' findings read where the sweep ran the current code. A chapter without a published
 summary says so and names the command that would make one. ``--page RUN`` also
 publishes one run of the sweep (the default settings) as the chapter's page, so
 page and sweep come from the same execution (:func:`publish_page`).
@@ -149,6 +151,27 @@ def claim_counts(summary: dict | None) -> dict[str, str]:
     return {key: c["text"] for key, c in (group or {}).get("claims", {}).items()}
 
 
+def pooled_verdicts(summary: dict | None) -> dict[str, dict]:
+    """``{claim key: pooled verdict row}`` (:mod:`memlab.pooling`) of a summary's seed group.
+
+    ``{}`` for None or a summary written before pooled rows existed (it still loads).
+    """
+    group = _seed_group(summary) if summary else None
+    return {r["key"]: r for r in (group or {}).get("pooled", []) if isinstance(r, dict) and "key" in r}
+
+
+def current_pooled(book: Path, chapter: str, published: dict | None) -> tuple[list[dict], int] | None:
+    """The pooled verdict rows of ``chapter``'s published seed sweep and its seed count, when that
+    sweep ran the published page's code (:func:`is_current`) and pooled more than one seed; else None
+    (the page's verdicts are then single-seed)."""
+    summary = load(book, chapter)
+    if not is_current(summary, published):
+        return None
+    rows = list(pooled_verdicts(summary).values())
+    n = max((r.get("n_seeds", 0) for r in rows), default=0)
+    return (rows, n) if rows and n > 1 else None
+
+
 def seeds_of(summary: dict) -> list:
     """The seeds the summary's runs used, in order."""
     return sorted({p["params"].get("seed") for p in summary.get("provenance", {}).values()
@@ -173,14 +196,17 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
         "not of the published verdicts, and the scorecard leaves them out. Re-run with "
         f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
+    pooled = pooled_verdicts(summary)
     rows = []
     for key, c in (_seed_group(summary) or {}).get("claims", {}).items():
         share = _share(c.get("reproduced", 0), c.get("n", 0))
+        p = pooled.get(key)
         rows.append(
             f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
+            f'<td data-label="Pooled over seeds">{_pooled_cell(p)}</td>'
             f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
-    table = _table(["Across seeds"], rows)
+    table = _table(["Pooled over seeds", "Across seeds"], rows)
     return [f"## {title}", "", *note, *_seed_meaning(cid),
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
             f"({_cost(summary)}; commit {', '.join(f'`{c}`' for c in commits)}). "
@@ -229,6 +255,13 @@ def _table(columns: list[str], rows: list[str]) -> str:
             + "".join(rows) + "</tbody></table>")
 
 
+def _pooled_cell(row: dict | None) -> str:
+    """A pooled verdict (HTML): the verdict, then how it was reached ("–" where none was pooled)."""
+    if not row:
+        return "–"
+    return f"<strong>{escape(row['verdict'])}</strong><br>{escape(row.get('evidence', ''))}"
+
+
 def _share(k: int, n: int) -> str:
     """The row's CSS class: the claim held in all, none or some of the n runs that judged it."""
     return "all" if n and k == n else "none" if k == 0 else "some"
@@ -268,11 +301,15 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
     rows = []
     for key in keys:
         entries = [g.get("claims", {}).get(key) for g in groups]
+        pooled = [next((r for r in g.get("pooled", []) if r.get("key") == key), None) for g in groups]
         k = sum(e.get("reproduced", 0) for e in entries if e)
         n = sum(e.get("n", 0) for e in entries if e)
         claim = _claim_cell(next(e for e in entries if e), key)
-        cells = "".join(f'<td data-label="{escape(lab)}">{escape(_verdict_cell(e))}</td>'
-                        for lab, e in zip(labels, entries))
+        # each setting's verdict pooled over its seeds first, where the summary has one
+        cells = "".join(f'<td data-label="{escape(lab)}">'
+                        + (f"<strong>{escape(p['verdict'])}</strong> ({escape(_verdict_cell(e))})"
+                           if p and p.get("n_seeds", 1) > 1 else escape(_verdict_cell(e))) + "</td>"
+                        for lab, e, p in zip(labels, entries, pooled))
         rows.append(f'<tr class="robust-{_share(k, n)}"><td data-label="Claim">{claim}</td>'
                     f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
                     f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
@@ -298,7 +335,10 @@ def write_page(book: Path, dest: Path | None = None) -> Path:
         "A verdict from one seed can be luck. Each chapter below was re-run with other seeds at the `cpu` "
         "profile through `memlab sweep` (one Dask task per run); the table says, for every claim, in how "
         "many of the runs it was reproduced. *n* counts the runs that judged the claim; runs where it was "
-        "not run at this profile are listed beside it. The published pages are the seed-0 runs. "
+        "not run at this profile are listed beside it. *Pooled over seeds* is the claim's verdict judged on "
+        "the mean of the seeds' margins, with a band that includes the spread between seeds; seeds that "
+        "disagree outside their own bands make it *seed-dependent* (`memlab.pooling`). The published "
+        "pages show the seed-0 runs' figures. "
         "The numbers behind each line are in `book/robustness/<chapter>.json` (means and 95% intervals of "
         "every metric, and each run's provenance).", "",
     ]

@@ -483,7 +483,7 @@ def run_chapter(
         wall = time.perf_counter() - start
         _record_cost(book, chapter, wall, est)
         print(f"{chapter}: ran at profile {profile} in {wall:.0f} s -> "
-              f"{book / 'chapters' / (chapter + '.ipynb')}")
+              f"{book / 'chapters' / (chapter + '.ipynb')}; verdicts single-seed (one run)")
     finally:
         os.environ.clear()
         os.environ.update(env_before)

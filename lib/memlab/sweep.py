@@ -17,7 +17,8 @@ Runs are Dask tasks (worker processes, one run at a time each): a task that rais
 by the scheduler (``distributed.scheduler.allowed-failures``, 3 by default).
 
 ``summary.json`` (and ``summary.png``) per group of non-seed parameters: per numeric metric the mean
-and a Student-t 95% interval across runs, per claim how many runs reproduce it.
+and a Student-t 95% interval across runs, per claim how many runs reproduce it, and ``pooled``: one
+verdict row per claim pooled over the group's seeds (:mod:`memlab.pooling`).
 """
 from __future__ import annotations
 
@@ -445,6 +446,7 @@ def interval(values: Sequence[float]) -> dict:
 
 def summarize(sweep_dir: Path) -> dict:
     """The summary of a sweep folder: runs grouped by their non-seed parameters (see module doc)."""
+    from memlab.pooling import k_of_n, pool_claims
     from memlab.robustness import is_seed
 
     sweep_dir = Path(sweep_dir)
@@ -469,8 +471,10 @@ def summarize(sweep_dir: Path) -> dict:
                            "chapter_code": prov.get("chapter_code"),
                            "date": prov.get("date"), "wall_time_s": prov.get("wall_time_s")}
         gkey = _key({k: v for k, v in params.items() if not is_seed(k)})
-        g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {}})
+        g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {},
+                                     "pooled": []})
         g["runs"].append(rid)
+        g["pooled"].append(res.get("claims", []))  # this run's verdict rows; pooled below
         for k, v in flatten(res.get("metrics", {})).items():
             g["metrics"].setdefault(k, []).append(v)
         for c in res.get("claims", []):
@@ -479,6 +483,8 @@ def summarize(sweep_dir: Path) -> dict:
             entry["verdicts"][c["verdict"]] = entry["verdicts"].get(c["verdict"], 0) + 1
     for g in groups.values():
         n = len(g["runs"])
+        # one verdict per claim over the group's seeds (memlab.pooling), beside the per-run counts
+        g["pooled"] = pool_claims(g["pooled"])
         # a metric missing from some runs is summarised over the runs that have it (its n says how many)
         g["metrics"] = {k: interval(v) for k, v in sorted(g["metrics"].items())}
         for entry in g["claims"].values():
@@ -486,12 +492,9 @@ def summarize(sweep_dir: Path) -> dict:
             # not judged) are listed beside it, and runs without the claim at all too
             v = entry["verdicts"]
             k, judged = v.get(REPRODUCED, 0), v.get(REPRODUCED, 0) + v.get(NOT_REPRODUCED, 0)
-            other = [f"{c} {name}" for name, c in sorted(v.items())
-                     if name not in (REPRODUCED, NOT_REPRODUCED)]
-            if sum(v.values()) < n:
-                other.append(f"{n - sum(v.values())} without this claim")
-            entry.update(reproduced=k, n=judged, text=f"reproduced in {k} of {judged} runs"
-                         + (f" ({'; '.join(other)})" if other else ""))
+            missing = [f"{n - sum(v.values())} without this claim"] if sum(v.values()) < n else []
+            entry.update(reproduced=k, n=judged,
+                         text=k_of_n([name for name, c in v.items() for _ in range(c)], missing))
     return {"chapter": chapter, "profile": spec["profile"], "axes": spec["axes"],
             "interval": "mean +- Student-t 95% interval of the mean across runs "
                         "(scipy.stats.t.interval, n-1 dof)",
@@ -521,7 +524,8 @@ def write_summary(sweep_dir: Path) -> dict:
 def summary_figure(summary: dict, path: Path) -> Path:
     """Per claim, the share of runs giving each verdict, pooled over the groups (book style).
 
-    One stacked bar per claim: reproduced, not reproduced, not judged, not run at this profile.
+    One stacked bar per claim: reproduced, not reproduced, outside the paper's regime, not judged,
+    seed-dependent, not run at this profile; the legend names only the verdicts some run gave.
     A sweep over other parameters (forget classes) is pooled here; its table shows each setting.
     """
     import matplotlib.pyplot as plt
@@ -529,7 +533,7 @@ def summary_figure(summary: dict, path: Path) -> Path:
     import seaborn as sns
 
     from memlab import plotting
-    from memlab.paper import VERDICTS
+    from memlab.paper import NOT_JUDGED, NOT_RUN, OUTSIDE_REGIME, SEED_DEPENDENT, VERDICTS
 
     groups = summary["groups"]
     claims = sorted({k for g in groups for k in g["claims"]}, reverse=True)  # a-z from the top
@@ -539,10 +543,16 @@ def summary_figure(summary: dict, path: Path) -> Path:
         ax.text(0.5, 0.5, "no claims in these runs", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        blue, orange = sns.color_palette(plotting.PALETTE)[0], sns.color_palette(plotting.PALETTE)[3]
-        colours = dict(zip(VERDICTS, (blue, orange, "0.6", "0.88")))
+        pal = sns.color_palette(plotting.PALETTE)
+        # one colour per verdict, every verdict named (a zip over fewer colours would drop the last
+        # verdicts): judged ones in the colour-blind palette's blue and vermilion, outside the regime
+        # in its reddish purple, seed-dependent in its yellow, undecided ones in greys
+        colours = {REPRODUCED: pal[0], NOT_REPRODUCED: pal[3], OUTSIDE_REGIME: pal[4],
+                   NOT_JUDGED: "0.6", SEED_DEPENDENT: pal[8], NOT_RUN: "0.88"}
         left = np.zeros(len(claims))
-        for verdict in VERDICTS:
+        given = [v for v in VERDICTS if any(g["claims"][c].get("verdicts", {}).get(v)
+                                            for g in groups for c in g["claims"])]
+        for verdict in given:
             share = np.array([sum(g["claims"].get(c, {}).get("verdicts", {}).get(verdict, 0) for g in groups)
                               for c in claims]) / max(1, runs)
             ax.barh(np.arange(len(claims)), share, left=left, height=0.7, color=colours[verdict],
@@ -551,7 +561,7 @@ def summary_figure(summary: dict, path: Path) -> Path:
         ax.set_yticks(np.arange(len(claims)), claims)
         ax.set_xlim(0, 1)
         ax.set_xlabel(f"share of the {runs} runs")
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=len(VERDICTS), frameon=False)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=min(4, max(1, len(given))), frameon=False)
     varied = ", ".join(summary.get("axes", {})) or "nothing"
     ax.set_title(f"{summary['chapter']} at {summary['profile']}: verdicts over {runs} runs "
                  f"(varied: {varied})")

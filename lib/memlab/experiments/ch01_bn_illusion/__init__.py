@@ -17,8 +17,9 @@ from .stages import (VIT_METHODS, Data, audit, budget_sweep, build, epochs_for, 
                      run_method_table, salun_mix_sweep, unlearned_model, vit_control)
 from .tables import (METRICS, REGIME_COLUMNS, appendix_h_metrics, appendix_q_metrics, correlation_metrics,
                      correlations, data_metrics, figure1a_metrics, figure1a_table, figure1b_metrics,
-                     figure1b_table, gn_metrics, lp_decomposition, misalignment_metrics, recal_metrics, regime,
-                     regime_metrics, summarise, table1_metrics, table2_metrics, vit_metrics)
+                     figure1b_table, forget_epochs, gn_metrics, lp_decomposition, misalignment_metrics,
+                     recal_metrics, regime, regime_metrics, schedule_metrics, summarise, table1_metrics,
+                     table2_metrics, vit_metrics)
 
 __all__ = [
     "CHAPTER", "CHECKS", "CODE_VERSION", "COLD_TRAIN_CPU_S", "HP_RANGES", "HPARAMS", "METHOD_HPARAMS", "METHODS",
@@ -29,7 +30,7 @@ __all__ = [
     "run_method_table", "salun_mix_sweep", "unlearned_model", "vit_control",
     "METRICS", "REGIME_COLUMNS", "appendix_h_metrics", "appendix_q_metrics", "correlation_metrics", "correlations",
     "data_metrics", "figure1a_metrics", "figure1a_table", "figure1b_metrics", "figure1b_table", "gn_metrics",
-    "lp_decomposition",
+    "forget_epochs", "lp_decomposition", "schedule_metrics",
     "misalignment_metrics", "recal_metrics", "regime", "regime_metrics", "summarise", "table1_metrics",
     "table2_metrics", "vit_metrics",
     "GAP_PP", "METRIC_KEYS", "NINE", "ZERO_ROWS", "ZERO_TOL_PP", "claims",

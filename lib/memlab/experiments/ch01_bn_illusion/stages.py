@@ -23,7 +23,7 @@ from memlab.data import vision
 from memlab.models.resnet import resnet18
 from memlab.models.vit import vit_small
 from memlab.progress import progress
-from memlab.train import accuracy, train_classifier
+from memlab.train import accuracy, predict_logits, train_classifier
 from memlab.unlearning import registry
 from memlab.unlearning._common import hparams
 from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
@@ -166,9 +166,14 @@ def method_hparams(cfg, name: str, seed: int, norm: str = "bn", **overrides) -> 
 # ----------------------------------------------------------------------------- metrics
 
 
+def _forget_correct(model: nn.Module, data: Data) -> torch.Tensor:
+    """(N,) bool: which forget-class test images ``model`` (eval mode) classifies correctly."""
+    return predict_logits(model, data.test_forget_x).argmax(1) == data.test_forget_y.cpu()
+
+
 def forget_accuracy(model: nn.Module, data: Data) -> float:
     """Forget-class test accuracy in percent."""
-    return 100.0 * accuracy(model, data.test_forget_x, data.test_forget_y)
+    return 100.0 * float(_forget_correct(model, data).float().mean())
 
 
 def retain_accuracy(model: nn.Module, data: Data) -> float:
@@ -177,14 +182,18 @@ def retain_accuracy(model: nn.Module, data: Data) -> float:
 
 
 def audit(model: nn.Module, data: Data, batch_size: int = 128) -> tuple[dict, nn.Module]:
-    """Pre-F, Post-F, dF (pp), Pre-R, Post-R of ``model`` and its full-retain recalibration.
+    """Pre-F, Post-F, ΔF (pp), Flips-F, Pre-R, Post-R of ``model`` and its full-retain recalibration.
 
     Returns (metrics, recalibrated copy). Recalibration uses the ``recal_images`` retain training
-    images of ``data.recal_x`` (every retain image when ``recal_images`` is 0).
+    images of ``data.recal_x`` (every retain image when ``recal_images`` is 0). Flips-F is the share
+    (%) of forget-class test images whose correctness the recalibration changes: Pre-F and Post-F
+    are read on the same images, so ΔF's noise is that of a paired difference (the claims' bands).
     """
     cal = bn.recalibrate(model, data.recal_x, batch_size)
-    pre_f, post_f = forget_accuracy(model, data), forget_accuracy(cal, data)
+    pre_c, post_c = _forget_correct(model, data), _forget_correct(cal, data)
+    pre_f, post_f = (100.0 * float(c.float().mean()) for c in (pre_c, post_c))
     row = {"Pre-F": pre_f, "Post-F": post_f, "ΔF": post_f - pre_f,
+           "Flips-F": 100.0 * float((pre_c != post_c).float().mean()),
            "Pre-R": retain_accuracy(model, data), "Post-R": retain_accuracy(cal, data)}
     return row, cal
 

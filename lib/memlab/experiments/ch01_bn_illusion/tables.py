@@ -2,9 +2,12 @@
 
 Each ``*_metrics`` function returns the dict the notebook records with ``run.record(**...)``; the
 other functions return the DataFrames it shows (Table 1's summary, Table 2's decomposition, Figure
-1a, the regime table, the correlations of Section 4).
+1a, the regime table, the correlations of Section 4). The ``regime`` and ``schedule`` groups are
+what the regime gates of ``data/papers/01_bn_illusion.yaml`` read.
 """
 from __future__ import annotations
+
+import math
 
 import pandas as pd
 from torch import nn
@@ -12,8 +15,10 @@ from torch import nn
 from memlab import bn
 from memlab.metrics import correlation_tests, wilson_interval
 from memlab.train import accuracy
+from memlab.unlearning._common import hparams
+from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
 
-from .stages import Data, forget_accuracy, recovered_accuracy, retain_accuracy
+from .stages import Data, forget_accuracy, method_hparams, recovered_accuracy, retain_accuracy
 
 
 def regime(models: dict[str, nn.Module], data: Data) -> pd.DataFrame:
@@ -113,14 +118,46 @@ def regime_metrics(reg: pd.DataFrame) -> dict:
     return dict(regime=reg[REGIME_COLUMNS].to_dict(orient="index"))
 
 
+def forget_epochs(steps: int, batch_size: int, n_forget: int) -> float:
+    """Passes over the forget set that ``steps`` batches of ``batch_size`` make (each pass of
+    :func:`memlab.unlearning._common.index_stream` is ceil(n_forget / batch_size) batches, the last partial)."""
+    if min(steps, batch_size, n_forget) < 1:
+        raise ValueError(f"forget_epochs: steps, batch_size and n_forget must be >= 1 "
+                         f"(got {steps}, {batch_size}, {n_forget})")
+    return steps / math.ceil(n_forget / batch_size)
+
+
+def schedule_metrics(cfg, data: Data) -> dict:
+    """``schedule``: the training lengths the regime gates compare with the paper's (issue 29).
+
+    ``relearn_epochs`` (epochs of the relearning attack behind ReAUC), ``ga_forget_epochs`` (passes
+    over the forget set of Table 1's GA) and ``ga_sweep_forget_epochs`` (of Appendix H's longest run).
+    GA's length is counted in forget-set passes because the forget set is smaller here than the
+    paper's 5000 images: the paper's 500 steps of 128 images are 12.5 passes.
+    """
+    ga = hparams(method_hparams(cfg, "GA", cfg.seed), GA_DEFAULTS, "GA")
+    n = len(data.splits.forget_y)
+    return dict(schedule={
+        "relearn_epochs": int(cfg.relearn_epochs),
+        "ga_forget_epochs": forget_epochs(int(ga["steps"]), int(ga["batch_size"]), n),
+        "ga_sweep_forget_epochs": forget_epochs(max(cfg.ga_steps_sweep), int(ga["batch_size"]), n),
+    })
+
+
 def _float_rows(summary: pd.DataFrame) -> dict:
     """Method -> metric -> float of a :func:`summarise` table (its BN-mode column left out)."""
     return {m: {k: float(v) for k, v in r.items() if k != "BN mode"} for m, r in summary.iterrows()}
 
 
 def table1_metrics(summary: pd.DataFrame, long: pd.DataFrame) -> dict:
-    """``table1`` (method -> metric), ``bn_modes`` and every row's ``relearn_curves`` (``method/seedN``)."""
-    return dict(table1=_float_rows(summary), bn_modes=summary["BN mode"].to_dict(),
+    """``table1`` (method -> metric, with each method's mean Flips-F over seeds: the share of
+    forget-class test images whose correctness recalibration changes, behind ΔF's paired noise
+    band), ``bn_modes`` and every row's ``relearn_curves`` (``method/seedN``)."""
+    rows = _float_rows(summary)
+    if "Flips-F" in long.columns:
+        for method, flips in long.groupby("method", sort=False)["Flips-F"].mean().items():
+            rows[method]["Flips-F"] = float(flips)
+    return dict(table1=rows, bn_modes=summary["BN mode"].to_dict(),
                 relearn_curves={f"{r.method}/seed{r.seed}": r.relearn_curve for r in long.itertuples()})
 
 

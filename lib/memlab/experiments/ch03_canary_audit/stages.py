@@ -62,6 +62,8 @@ class Setup:
     train_seconds: dict = field(default_factory=dict)
     #: the labels of ``train_seconds`` whose adapter came from the cache (its time is not in this run's wall)
     cached: set = field(default_factory=set)
+    #: vocabulary ids of chat tags added to a pretrained tokenizer (their embedding rows train with the adapter)
+    new_tokens: tuple[int, ...] = ()
 
     @property
     def end_id(self) -> int:
@@ -131,10 +133,12 @@ def prepare(cfg) -> Setup:
         fmt = canaries.ChatFormat(codec)
         pad_id = codec.token_id("<|pad|>")
         model = pretrain_small(cfg, fmt, generic, sentences, pad_id, dev)
+        new_tokens = ()
     else:
         model, codec = Q.load_pretrained(cfg.model, allow_download=cfg.allow_download,
                                          dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32, device=dev)
         fmt = chat_format_for(codec)
+        new_tokens = lm.add_special_tokens(model, codec.tokenizer, (fmt.think_open, fmt.think_close))
         pad_id = codec.tokenizer.pad_token_id if codec.tokenizer.pad_token_id is not None else fmt.end_id
         if dev.type == "cuda":  # activations of a 7B model with LoRA must fit next to the weights
             model.gradient_checkpointing_enable()
@@ -147,17 +151,22 @@ def prepare(cfg) -> Setup:
         head_texts.append(fmt.codec.decode(h))
     for p in model.parameters():
         p.requires_grad_(False)
-    return Setup(model, fmt, authors, generic, sentences, heads, conts, head_texts, pad_id, dev, cfg.model)
+    return Setup(model, fmt, authors, generic, sentences, heads, conts, head_texts, pad_id, dev, cfg.model,
+                 new_tokens=tuple(new_tokens))
 
 
 def chat_format_for(codec) -> canaries.ChatFormat:
-    """Our tags when the tokenizer has them (a small model saved by this chapter), else DeepSeek-R1's."""
+    """The chat tags of a loaded tokenizer: ours when it has them (a small model saved by this
+    chapter), DeepSeek-R1's when it has those, else the tokenizer's own chat template (e.g.
+    SmolLM2-Instruct's ``<|im_start|>`` turns) with ``<think>``/``</think>`` for the trace."""
     from memlab.models.qwen_small import SPECIAL_TOKENS
 
     vocab = codec.tokenizer.get_vocab()
     if all(t in vocab for t in SPECIAL_TOKENS):
         return canaries.ChatFormat(codec)
-    return canaries.deepseek_format(codec)
+    if "<｜User｜>" in vocab or not getattr(codec.tokenizer, "chat_template", None):
+        return canaries.deepseek_format(codec)
+    return canaries.template_format(codec)
 
 
 def pretrain_small(cfg, fmt, generic, sentences, pad_id, dev) -> torch.nn.Module:
@@ -192,7 +201,7 @@ def _pretrain_key(cfg) -> dict:
 
 def attach(setup: Setup, rank: int, state: dict[str, torch.Tensor] | None = None):
     """A peft model over the shared base with a fresh (or given) LoRA adapter; detach with :func:`detach`."""
-    return lm.attach_lora(setup.model, rank, state)
+    return lm.attach_lora(setup.model, rank, state, trainable_tokens=setup.new_tokens)
 
 
 def detach(setup: Setup, peft_model) -> None:
@@ -202,8 +211,6 @@ def detach(setup: Setup, peft_model) -> None:
 
 def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Tensor]:
     """LoRA weights that memorise every author under ``template`` (cached)."""
-    from peft import get_peft_model_state_dict
-
     A.check_template(template)
     label, fresh = f"{template} s{seed}", []
 
@@ -217,7 +224,7 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
         examples = examples + generic_examples(setup.fmt, setup.generic)
         lm.train_lm(model, examples, steps=cfg.lora_steps, batch_size=cfg.batch_size, lr=cfg.lora_lr,
                  pad_id=setup.pad_id, seed=seed, desc=f"LoRA {template} s{seed}")
-        state = {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(model).items()}
+        state = lm.lora_state(model)
         detach(setup, model)
         # the cold cost of a warm run is stated from what the cached entries took to train
         state[TRAIN_SECONDS] = torch.tensor(time.perf_counter() - start, dtype=torch.float64)

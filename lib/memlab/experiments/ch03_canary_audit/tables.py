@@ -103,8 +103,13 @@ def audit_state(by_k: dict, n: int, out_frac: float | None = None, thk_frac: flo
     within :func:`audit_band` of ``out_frac`` (0.18 at n = 30). Without a
     candidate, the K whose out-acc ratio is nearest ``out_frac`` is returned,
     not reached. Returns ``{"K", "reached", "out_ratio", "thk_ratio", "band",
-    "evidence"}`` (JSON-able). ``out_frac``/``thk_frac`` default to
+    "evidence", "by_out"}`` (JSON-able). ``out_frac``/``thk_frac`` default to
     :data:`AUDIT_OUT_FRAC`/:data:`AUDIT_THK_FRAC`, read at call time.
+
+    ``by_out`` is the state chosen by out acc alone (the K > 0 whose out-acc ratio is nearest
+    ``out_frac``, ties the smaller K; ``reached`` when within the band), with its ``thk_ratio``
+    and the ``thk_frac`` it is judged against: the claims about the trace at that state
+    (bypass, suppressed) would hold by construction at a K picked with the trace's help.
     """
     out_frac = AUDIT_OUT_FRAC if out_frac is None else out_frac
     thk_frac = AUDIT_THK_FRAC if thk_frac is None else thk_frac
@@ -114,18 +119,30 @@ def audit_state(by_k: dict, n: int, out_frac: float | None = None, thk_frac: flo
     out0, thk0 = (by_k[0]["auto"][f]["mean"] for f in ("out_acc", "thk_leak"))
     band = audit_band(n, out_frac)
     if out0 <= 0 or thk0 <= 0:
-        return {"K": ks[-1], "reached": False, "out_ratio": float("nan"), "thk_ratio": float("nan"),
-                "band": band, "evidence": f"K = 0 out acc {out0:.2f}, thk leak {thk0:.2f}: nothing memorised"}
+        ev = f"K = 0 out acc {out0:.2f}, thk leak {thk0:.2f}: nothing memorised"
+        nan = float("nan")
+        return {"K": ks[-1], "reached": False, "out_ratio": nan, "thk_ratio": nan, "band": band, "evidence": ev,
+                "by_out": {"K": ks[-1], "reached": False, "out_ratio": nan, "thk_ratio": nan,
+                           "thk_frac": thk_frac, "evidence": ev}}
     ratio = {k: (by_k[k]["auto"]["out_acc"]["mean"] / out0, by_k[k]["auto"]["thk_leak"]["mean"] / thk0)
              for k in ks[1:]}
-    cands = [k for k in ks[1:] if ratio[k][1] >= thk_frac] or ks[1:]
-    k = min(cands, key=lambda c: (abs(ratio[c][0] - out_frac), c))
+
+    def nearest(cands):
+        return min(cands, key=lambda c: (abs(ratio[c][0] - out_frac), c))
+
+    def target(o):
+        return f"out acc {o:.2f} x K0 (target {out_frac:.2f} +- {band:.2f})"
+
+    k = nearest([k for k in ks[1:] if ratio[k][1] >= thk_frac] or ks[1:])
     o, t = ratio[k]
     reached = t >= thk_frac and abs(o - out_frac) <= band
-    ev = (f"K = {k}: out acc {o:.2f} x K0 (target {out_frac:.2f} +- {band:.2f}), thk leak {t:.2f} x K0 "
-          f"(needs >= {thk_frac:.2f})")
+    ev = f"K = {k}: {target(o)}, thk leak {t:.2f} x K0 (needs >= {thk_frac:.2f})"
+    k_out = nearest(ks[1:])
+    o2, t2 = ratio[k_out]
+    by_out = {"K": k_out, "reached": bool(abs(o2 - out_frac) <= band), "out_ratio": float(o2),
+              "thk_ratio": float(t2), "thk_frac": thk_frac, "evidence": f"K = {k_out}: {target(o2)}"}
     return {"K": k, "reached": bool(reached), "out_ratio": float(o), "thk_ratio": float(t), "band": band,
-            "evidence": ev}
+            "evidence": ev, "by_out": by_out}
 
 
 # ----------------------------------------------------------------------------- fixed-weight probes
@@ -281,3 +298,41 @@ def regime_sentence(audit: dict, k0_summary: dict) -> str:
             f" {state} ({audit['evidence']}), beside the memorised adapter at K = 0, where"
             f" Delta_AB is already {dab0:+.2f} before any unlearning: a fixed-weight contrast"
             " after unlearning has to be read against that offset.")
+
+
+def render_sections(book) -> list[str]:
+    """Sections ``memlab render`` appends to this chapter: the audit on a real pretrained model.
+
+    ``book``: the book folder; a run of the ``real`` setting (:data:`spec.REAL_SETTING`) published
+    with ``--book-dir <book>/real`` is summarised from ``<book>/real/results/03_canary_audit.json``;
+    without one the section says what the run costs and why it is not shown yet.
+    """
+    import json
+    from pathlib import Path
+
+    from memlab.pagekit import md_escape
+
+    from .spec import REAL_ESTIMATE_MIN, real_command
+
+    path = Path(book) / "real" / "results" / f"{CHAPTER}.json"
+    lines = ["## On a real pretrained model (SmolLM2-135M-Instruct)", ""]
+    if not path.exists():
+        lines += ["The audit above runs on a small model pre-trained here. The same code path, the paper "
+                  "profile's, also runs on a real pretrained instruct model: SmolLM2-135M-Instruct "
+                  "(134.5M parameters; its Q4_1 weights dequantised to float32), with its own chat template, "
+                  "the think tags added as special tokens, LoRA memorisation of 10 fictional authors and NPO. "
+                  f"Its cold run is estimated at about {REAL_ESTIMATE_MIN} minutes on 2 CPU cores; it has not "
+                  "been published yet because its LoRA schedule must first be chosen from the K = 0 "
+                  "memorisation alone, on an idle machine, as the small model's was. The tests run this path "
+                  "at toy size on every change. To run it:", "",
+                  "```bash", "memlab models add smollm2-135m-instruct",
+                  real_command() + " --book-dir book/real", "```"]
+        return ["\n".join(lines) + "\n"]
+    res = json.loads(path.read_text())
+    prov = res.get("provenance", {})
+    lines += [f"The same audit on SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32), run on "
+              f"{prov.get('device', 'a CPU')} in {float(prov.get('wall_time_s', 0)) / 60:.0f} minutes. "
+              "Verdicts by the same predicates and regime gates:", ""]
+    lines += [f"- {paper.VERDICT_MARKS.get(v['verdict'], '')} **{v['verdict'].capitalize()}.** {md_escape(v['claim'])}"
+              for v in res.get("claims", [])]
+    return ["\n".join(lines) + "\n"]

@@ -19,24 +19,28 @@ from memlab.metrics import auc_variance
 from memlab.mia import pii_memorisation
 from memlab.models.diffusion_lm import Codec
 
-from .claims import HEADLINE, MEASURED, METRIC_KEYS, auc_diff_band, best_baseline, claims
+from .claims import (GAIN_MIN, HEADLINE, MEASURED, METRIC_KEYS, auc_diff_band, best_baseline, claims,
+                     paper_mean_gain)
 from .spec import CHAPTER, CHECKS, CODE_VERSION, FPRS, METRICS, SPEC, ContextGuardError, check_context
 from .stages import (REGIME_BLOCKS, DomainRuns, InstructionRuns, RunMetrics, Setup, _metrics,
                      asymmetry_experiment, domain_experiment, finetune, instruction_experiment, model_paths,
                      pii_experiment, prepare, regime)
 from .tables import (TABLE4_SIDES, ablation_metrics, asymmetry_metrics, delta_metrics, delta_table,
                      domain_metrics, figure2_table, instruction_metrics, mean_table, na_cells, pii_metrics,
-                     pooled_deltas, regime_table, supported, sweep_metrics, table1, table2, table4,
+                     pooled_deltas, regime_table, skew_gap_band, supported, sweep_metrics, table1, table2, table4,
                      table4_metrics, table5, table6, closing_regime)
 
 __all__ = [
-    "CHAPTER", "CHECKS", "CODE_VERSION", "FPRS", "HEADLINE", "MEASURED", "METRICS", "METRIC_KEYS", "PROMPT",
+    "CHAPTER", "CHECKS", "CODE_VERSION", "FPRS", "GAIN_MIN", "HEADLINE", "MEASURED", "METRICS", "METRIC_KEYS",
+    "PROMPT",
     "REGIME_BLOCKS", "SPEC", "TABLE4_SIDES", "Codec", "ContextGuardError", "DomainRuns", "InstructionRuns",
     "RunMetrics", "Setup", "_metrics", "ablation_metrics", "asymmetry_experiment", "asymmetry_metrics",
     "auc_diff_band", "auc_variance", "best_baseline", "check_context", "claims", "closing_regime", "delta_metrics",
     "delta_table", "domain_experiment", "domain_metrics", "figure2_table", "finetune", "instruction_experiment",
     "instruction_metrics", "instruction_pairs", "mean_table", "model_paths", "na_cells", "perturb",
-    "pii_experiment", "pii_memorisation", "pii_metrics", "pooled_deltas", "prepare", "regime", "regime_table",
-    "stream_blocks", "supported", "sweep_metrics", "table1", "table2", "table4", "table4_metrics", "table5",
+    "paper_mean_gain", "pii_experiment", "pii_memorisation", "pii_metrics", "pooled_deltas", "prepare", "regime",
+    "regime_table",
+    "skew_gap_band", "stream_blocks", "supported", "sweep_metrics", "table1", "table2", "table4",
+    "table4_metrics", "table5",
     "table6",
 ]

@@ -3,7 +3,9 @@
 ``METRIC_KEYS`` lists every key the chapter records; ``MEASURED`` the profiles the claims are
 judged at and ``HEADLINE`` the domain setting they judge; each predicate returns (holds, evidence)
 and computes its noise band from the recorded metrics (``memlab.metrics.auc_diff_band``,
-``memlab.metrics.diff_band``); :func:`claims` declares them.
+``memlab.metrics.diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
+:func:`claims` declares them. Whether a claim's setting is in the paper's regime (the base reads
+context on the fine-tuning text) is the yaml's ``regimes:`` gate, not a predicate here.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import numpy as np
 from memlab import paper
 from memlab.metrics import auc_diff_band as _auc_band
 from memlab.metrics import diff_band
+
+from .spec import CHAPTER
 
 # At `smoke` the models are toys, so the claims are only judged at `cpu` and `paper`.
 MEASURED = ("cpu", "paper")
@@ -63,8 +67,29 @@ def _ift_best(m: dict) -> tuple[bool, str]:
     return _beats_all(m, "instruction")
 
 
+#: The paper's own average margin (AUC points) of Q-Skew over each table's next-best AUC, over the
+#: columns of its Tables 1-3 (data/papers/04_qskew.yaml): 8.3. Its text says "more than 10", which
+#: its tables do not average to, so the claim is judged against what the tables show.
+GAIN_CELLS = (("table1_arxiv", "Q-Skew", "SAMA"), ("table1_wikitext", "Q-Skew", "SAMA"),
+              ("table1_xsum", "Q-Skew", "SAMA"), ("table2_medqa", "Q-Skew", "SAMA"),
+              ("table2_alpaca", "Q-Skew", "SAMA"), ("table2_tulu3", "Q-Skew", "Calibration"),
+              ("table3_dream", "Q-Skew (XSUM)", "SAMA (XSUM)"),
+              ("table3_dream", "Q-Skew (Tulu-3)", "Calibration (Tulu-3)"))
+
+
+def paper_mean_gain() -> float:
+    """Mean over :data:`GAIN_CELLS` of the paper's Q-Skew AUC minus its next-best AUC (points)."""
+    gains = [float(paper.table(CHAPTER, t).loc[q, "AUC"]) - float(paper.table(CHAPTER, t).loc[b, "AUC"])
+             for t, q, b in GAIN_CELLS]
+    return float(np.mean(gains))
+
+
+GAIN_MIN = round(paper_mean_gain(), 1)
+
+
 def _gain10(m: dict) -> tuple[bool, str]:
-    """Checks that Q-Skew's AUC minus the best baseline's, averaged over domain and instruction, exceeds 10."""
+    """Checks that Q-Skew's AUC minus the best baseline's, averaged over domain and instruction, exceeds
+    :data:`GAIN_MIN` (the paper's tables' own average margin), by more than the noise band."""
     gains, bands = [], []
     for section in ("domain", "instruction"):
         q, (_, b) = _section(m, section)["Q-Skew"]["AUC"], best_baseline(m, section)
@@ -72,20 +97,23 @@ def _gain10(m: dict) -> tuple[bool, str]:
         bands.append(auc_diff_band(q, b, m))
     mean, band = float(np.mean(gains)), float(np.sqrt(np.sum(np.square(bands))) / 2)
     what = "Q-Skew minus best baseline AUC: " + ", ".join(f"{g:+.1f}" for g in gains) + f" (mean {mean:+.1f})"
-    paper.outside_noise(mean - 10, band, what + " against the paper's +10")
-    return mean > 10, f"{what}, band \u00b1{band:.1f}"
+    paper.outside_noise(mean - GAIN_MIN, band, what + f" against the paper's tables' +{GAIN_MIN:.1f}")
+    return mean > GAIN_MIN, f"{what} against the paper's tables' +{GAIN_MIN:.1f}, band \u00b1{band:.1f}"
 
 
 def _right_skew(m: dict) -> tuple[bool, str]:
-    """Checks that the members' pooled Q-Skew of Δ is positive and above the non-members'."""
+    """Checks that the members' pooled Q-Skew of Δ is positive and above the non-members' by more than
+    the bootstrap band of the difference (``delta_band``, sequences resampled)."""
     d = m["delta_stats"][HEADLINE]
     mq, nq = d["members"]["Q-Skew (pooled)"], d["non-members"]["Q-Skew (pooled)"]
-    return mq > 0 and mq > nq, (
-        f"pooled Q-Skew members {d['members']['Q-Skew (pooled)']:.3f}, non-members {d['non-members']['Q-Skew (pooled)']:.3f}")
+    band = float(m["delta_band"][HEADLINE])
+    what = f"pooled Q-Skew members {mq:.3f}, non-members {nq:.3f}"
+    paper.outside_noise(mq - nq, band, f"{what}; members minus non-members")
+    return mq > 0 and mq > nq, f"{what} (band on the difference \u00b1{band:.3f})"
 
 
 def _falls_with_ratio(t: dict, column: str) -> tuple[bool, list[tuple[float, float]]]:
-    """Checks that ``column`` of the asymmetry table strictly falls as the mask ratio grows."""
+    """Checks that ``column`` of the asymmetry table strictly falls as the mask ratio grows (no band)."""
     # The ratios are float keys in run.metrics and strings once read back from the results JSON;
     # sorting and formatting them as floats gives the same order and text either way.
     rows = [(float(r), t[r][column]) for r in sorted(t, key=float)]
@@ -96,28 +124,70 @@ def _falls_with_ratio(t: dict, column: str) -> tuple[bool, list[tuple[float, flo
 
 
 def _asymmetry(m: dict) -> tuple[bool, str]:
-    """Checks that the total per-token gain after fine-tuning falls as the fixed mask ratio grows (Figure 1)."""
-    ok, rows = _falls_with_ratio(m["asymmetry"], "mean gain (nats)")
-    return ok, "mean gain by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows)
+    """Checks that the total per-token gain after fine-tuning falls as the fixed mask ratio grows (Figure 1).
+
+    Each step to the next ratio carries the band 1.96 x the two means' standard errors combined: one
+    rise outside its band decides "not reproduced"; otherwise a step inside its band leaves it not judged.
+    """
+    t = m["asymmetry"]
+    ok, rows = _falls_with_ratio(t, "mean gain (nats)")
+    keys = sorted(t, key=float)
+    steps = [(a, b, t[a]["mean gain (nats)"] - t[b]["mean gain (nats)"],
+              1.96 * float(np.hypot(t[a]["mean gain SE"], t[b]["mean gain SE"]))) for a, b in zip(keys, keys[1:])]
+    ev = "mean gain by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows) + " (bands on the steps " + \
+        ", ".join(f"\u00b1{band:.3f}" for *_, band in steps) + ")"
+    if any(d < -band for *_, d, band in steps):
+        return False, ev
+    inside = [f"{float(a):g} to {float(b):g}" for a, b, d, band in steps if abs(d) <= band]
+    if inside:
+        raise paper.NotJudged(f"{ev}: the step {', '.join(inside)} is inside the noise band")
+    return ok, ev
 
 
 def _per_step(m: dict) -> tuple[bool, str]:
-    """Checks that the gain per masked training step falls as the fixed mask ratio grows (Assumption 3.1)."""
+    """Checks that the gain per masked training step falls as the fixed mask ratio grows (Assumption 3.1).
+
+    A sanity check, not a test of the assumption: the gain per step is the total gain over
+    ratio x epochs, so it falls whenever the total gain grows more slowly than the ratio, as any
+    saturating training gives. Testing Assumption 3.1 needs runs at equal masked steps (e.g. ratio
+    0.25 for 6 epochs against 0.5 for 3 and 0.75 for 2), which this chapter does not run.
+    """
     ok, rows = _falls_with_ratio(m["asymmetry"], "gain per masked step")
     return ok, "gain per masked step by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows)
 
 
 def _mismatched(m: dict) -> tuple[bool, str]:
     """Checks that on both sides of Table 4 the worst mismatched reference loses at most 6 AUC points
-    against the golden one and stays above SAMA."""
-    parts, ok = [], True
+    against the golden one and stays above SAMA, each comparison outside its AUC band: one clear
+    failure decides "not reproduced"; otherwise one inside its band leaves the claim not judged."""
+    parts, margins = [], []
     for side in ("base", "instruct"):
         t = m["table4_base"][HEADLINE] if side == "base" else m["table4_instruct"]
         golden = t["Golden reference"]["AUC"]
         worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
-        ok &= golden - worst <= 6 and worst > t["SAMA (w/ Ref)"]["AUC"]
-        parts.append(f"{side}: golden {golden:.1f}, worst mismatched {worst:.1f}, SAMA {t['SAMA (w/ Ref)']['AUC']:.1f}")
-    return ok, "; ".join(parts)
+        sama = t["SAMA (w/ Ref)"]["AUC"]
+        margins += [(6 - (golden - worst), auc_diff_band(golden, worst, m)),
+                    (worst - sama, auc_diff_band(worst, sama, m))]
+        parts.append(f"{side}: golden {golden:.1f}, worst mismatched {worst:.1f}, SAMA {sama:.1f}")
+    ev = "; ".join(parts) + " (bands " + ", ".join(f"\u00b1{b:.1f}" for _, b in margins) + ")"
+    if any(d < -b for d, b in margins):
+        return False, ev
+    inside = [(d, b) for d, b in margins if abs(d) <= b]
+    if inside:
+        paper.outside_noise(*inside[0], ev + "; a comparison")
+    return True, ev
+
+
+def _ablation_control(m: dict) -> str:
+    """The same-domain control's full-minus-best-ablation margin, quoted beside the HEADLINE verdict."""
+    t = m["ablation"].get("same") if HEADLINE != "same" else None
+    if not t or "Q-Skew" not in t:
+        return ""
+    others = {k: v["AUC"] for k, v in t.items() if k != "Q-Skew"}
+    best = max(others, key=others.get)
+    full = t["Q-Skew"]["AUC"]
+    return (f" [same-domain control: full minus {best} {full - others[best]:+.1f} "
+            f"(band \u00b1{auc_diff_band(full, others[best], m):.1f})]")
 
 
 def _ablation(m: dict) -> tuple[bool, str]:
@@ -127,7 +197,7 @@ def _ablation(m: dict) -> tuple[bool, str]:
     others = {k: v["AUC"] for k, v in t.items() if k != "Q-Skew"}
     best = max(others, key=others.get)
     band = auc_diff_band(full, others[best], m)
-    what = f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items())
+    what = f"full {full:.1f}; " + ", ".join(f"{k} {v:.1f}" for k, v in others.items()) + _ablation_control(m)
     paper.outside_noise(full - others[best], band, what + f"; full minus best ablation ({best})")
     return all(full > v for v in others.values()), f"{what} (band \u00b1{band:.1f})"
 
@@ -175,7 +245,7 @@ def _pii_skew_alone(m: dict) -> tuple[bool, str]:
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
 # and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
-    'setup', 'regime', 'domain', 'delta_stats', 'instruction', 'epochs_sweep_auc', 'table4_base',
+    'setup', 'regime', 'domain', 'delta_stats', 'delta_band', 'instruction', 'epochs_sweep_auc', 'table4_base',
     'table4_instruct', 'ablation', 'asymmetry', 'pii',
 )
 
@@ -189,14 +259,16 @@ def claims():
               profiles=MEASURED),
         Claim("ift_best", "Q-Skew has the highest AUC under instruction fine-tuning", "Table 2", _ift_best,
               profiles=MEASURED),
-        Claim("gain10", "Q-Skew beats the best baseline by more than 10 AUC points on average", "Section 4", _gain10,
-              profiles=MEASURED),
+        Claim("gain10", f"Q-Skew beats the best baseline on average by more than the paper's tables do "
+              f"({GAIN_MIN:.1f} AUC points over Tables 1-3; its text says more than 10)", "Section 4; Tables 1-3",
+              _gain10, profiles=MEASURED),
         Claim("member_skew", "Members' per-token differences are right-skewed, more than non-members'",
               "Section 3 (Theorem 3.2)", _right_skew, profiles=MEASURED),
         Claim("asymmetry", "After fine-tuning at a lower mask ratio, tokens have gained more (0.25 > 0.5 > 0.75)",
               "Figure 1", _asymmetry, profiles=MEASURED),
-        Claim("per_step", "A masked token gains more per training step at a lower mask ratio", "Assumption 3.1",
-              _per_step, profiles=MEASURED),
+        Claim("per_step", "A masked token gains more per training step at a lower mask ratio (here the total gain "
+              "over ratio x epochs, which falls for any total gain growing more slowly than the ratio)",
+              "Assumption 3.1", _per_step, profiles=MEASURED, sanity=True),
         Claim("mismatch", "With a mismatched reference Q-Skew loses at most a few AUC points and stays above SAMA",
               "Table 4", _mismatched, profiles=MEASURED),
         Claim("ablation", "Each component (cyclic sampling, skewness, quantile weighting) adds AUC", "Table 5",

@@ -145,6 +145,29 @@ def delta_table(examples: dict) -> pd.DataFrame:
                          for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
 
 
+def skew_gap_band(examples: dict, n_boot: int = 200, seed: int = 0, z_level: float = 0.95) -> float:
+    """Half-width of the bootstrap interval of members' minus non-members' pooled Q-Skew of Delta.
+
+    examples: run 0's ``{"deltas": [(n_i,) arrays, nats], "labels": (N,) 0/1}``. Sequences are
+    resampled with replacement within each label (the tokens of one sequence share its
+    fine-tuning, so a sequence is the unit of resampling) and the pooled Q-Skew recomputed;
+    the band is half the width of the central ``z_level`` interval of the difference.
+    """
+    if n_boot < 10:
+        raise ValueError(f"skew_gap_band: n_boot must be >= 10 (got {n_boot})")
+    labels = np.asarray(examples["labels"])
+    groups = [[x for x, y in zip(examples["deltas"], labels) if y == lab] for lab in (1, 0)]
+    if not all(groups):
+        raise ValueError("skew_gap_band: examples need members and non-members (labels 1 and 0)")
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(n_boot):
+        q = [mia.qskew(np.concatenate([g[i] for i in rng.integers(0, len(g), len(g))])) for g in groups]
+        diffs.append(q[0] - q[1])
+    lo, hi = np.quantile(diffs, [(1 - z_level) / 2, (1 + z_level) / 2])
+    return float((hi - lo) / 2)
+
+
 # ----------------------------------------------------------------------------- recorded metric groups
 # Each returns {metric key: value} for ``run.record(**...)``; the keys are claims.METRIC_KEYS.
 
@@ -153,9 +176,11 @@ def domain_metrics(ours: dict[str, pd.DataFrame]) -> dict:
     return {"domain": {d: t.to_dict(orient="index") for d, t in ours.items()}}
 
 
-def delta_metrics(delta_rows: dict[str, pd.DataFrame]) -> dict:
-    """``delta_stats``: :func:`delta_table` per domain setting."""
-    return {"delta_stats": {d: t.to_dict(orient="index") for d, t in delta_rows.items()}}
+def delta_metrics(delta_rows: dict[str, pd.DataFrame], bands: dict[str, float]) -> dict:
+    """``delta_stats``: :func:`delta_table` per domain setting; ``delta_band``: its
+    :func:`skew_gap_band` per setting (the noise band of members' minus non-members' pooled Q-Skew)."""
+    return {"delta_stats": {d: t.to_dict(orient="index") for d, t in delta_rows.items()},
+            "delta_band": {d: float(bands[d]) for d in delta_rows}}
 
 
 def instruction_metrics(ours: pd.DataFrame) -> dict:
@@ -183,8 +208,13 @@ def ablation_metrics(ours: dict[str, pd.DataFrame]) -> dict:
 
 
 def asymmetry_metrics(asym: dict) -> dict:
-    """``asymmetry``: Figure 1's summary rows, {mask ratio: {column: value}} (gains in nats)."""
-    return {"asymmetry": asym["table"].to_dict(orient="index")}
+    """``asymmetry``: Figure 1's summary rows, {mask ratio: {column: value}} (gains in nats), each with
+    ``mean gain SE`` (nats): the standard error of the mean gain over its tokens, taken as independent
+    (tokens of one sequence co-vary, so it is a lower bound on the noise)."""
+    rows = asym["table"].to_dict(orient="index")
+    for ratio, g in asym["gains"].items():
+        rows[ratio]["mean gain SE"] = float(np.std(g, ddof=1) / np.sqrt(len(g)))
+    return {"asymmetry": rows}
 
 
 def pii_metrics(pii: dict, cfg) -> dict:

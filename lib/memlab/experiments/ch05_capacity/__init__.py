@@ -62,6 +62,7 @@ from .tables import (
     precision_metrics,
     precision_table,
     reference_summary,
+    regime_metrics,
     sweep_metrics,
     table2_law,
     table2_metrics,

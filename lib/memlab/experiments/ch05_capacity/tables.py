@@ -182,6 +182,7 @@ def a1_sweep(cfg, alpha: float) -> pd.DataFrame:
                 "error_pct": 100.0 * abs(r["mem_bits"] - predicted) / predicted,
                 "noise_pct": 100.0 * r["mem_noise_rel"],
                 "converged": r["converged"],
+                "gain_half": r["gain_half"],
                 "wall_s": r["stack_wall_s"],
             }
         )
@@ -342,6 +343,40 @@ def law_metrics(text: pd.DataFrame) -> dict:
         "law_fit": {"text": law_fit(text)},
         "paper_law_rmse": {"text": float(np.sqrt(np.mean((law_on_text - text["membership_f1"].to_numpy()) ** 2)))},
     }
+
+
+# ----------------------------------------------------------------------------- regime gates
+
+
+def _capacity_gain_pct(runs: pd.DataFrame) -> float:
+    """Largest second-half gain (% of the final memorisation) among the runs that set a capacity:
+    per (model, precision) the run of largest memorisation, as :func:`capacities` picks it."""
+    best = runs.loc[runs.groupby(["model", "precision"], sort=False)["mem_bits"].idxmax()]
+    return float(100.0 * best["gain_half"].max())
+
+
+def regime_metrics(sweep: pd.DataFrame, precision: str, prec_sweep: pd.DataFrame, a1: pd.DataFrame,
+                   text: pd.DataFrame, ref_summary: dict) -> dict:
+    """The ``regime`` group: the quantities the regime gates of ``data/papers/05_capacity.yaml`` read.
+
+    sweep: Figure 1's runs (``gain_half`` per run); precision: alpha's precision; prec_sweep: the
+    fp32-vs-bf16 comparison's runs; a1: :func:`a1_sweep`; text: the text runs (``test_loss`` in
+    bits/token); ref_summary: :func:`reference_summary`. Returns {"regime": {...}} with
+    ``capacity_gain_half_pct``, ``sweep_gain_half_pct``, ``precision_gain_half_pct``,
+    ``a1_gain_half_pct`` (largest share of its final memorisation, in %, that a run gained over
+    the second half of its schedule: of the runs setting the capacities behind alpha, of every
+    run at alpha's precision, of the runs setting the precision comparison's capacities, of the
+    A.1 runs) and ``oracle_margin_bits`` (the smallest test loss of a text model minus the
+    oracle's, bits/token: positive when the oracle codes held-out text better than every model).
+    """
+    at = sweep[sweep["precision"] == precision]
+    return {"regime": {
+        "capacity_gain_half_pct": _capacity_gain_pct(at),
+        "sweep_gain_half_pct": float(100.0 * at["gain_half"].max()),
+        "precision_gain_half_pct": _capacity_gain_pct(prec_sweep),
+        "a1_gain_half_pct": float(100.0 * a1["gain_half"].max()),
+        "oracle_margin_bits": float(text["test_loss"].min() - ref_summary["test loss (bits/token)"]),
+    }}
 
 
 # ----------------------------------------------------------------------------- cost

@@ -199,7 +199,9 @@ def tau_tests_table(agree: dict) -> pd.DataFrame:
 
 
 VERDICT_WORDS = {paper.REPRODUCED: "held", paper.NOT_REPRODUCED: "did **not** hold",
-                 paper.NOT_JUDGED: "could not be judged", paper.NOT_RUN: "was not run here"}
+                 paper.NOT_JUDGED: "could not be judged", paper.NOT_RUN: "was not run here",
+                 paper.OUTSIDE_REGIME: "was outside the regime it was framed for",
+                 paper.SEED_DEPENDENT: "depended on the seed"}
 
 
 def question_summary(verdicts: list[dict]) -> str:

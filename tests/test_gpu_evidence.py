@@ -1,0 +1,90 @@
+"""``scripts/gpu-evidence.sh``: the prepared paper-scale GPU run, exercised at toy size on the CPU.
+
+The script runs :data:`memlab.gpu_evidence.PARTS` (one ``memlab run`` each, paper profile on a GPU,
+smoke sizes with ``--toy``) under hard time limits and records each part; ``memlab render`` shows
+the results as an "At paper scale (GPU)" section of each chapter.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memlab import config, gpu_evidence as G
+from memlab.config import repo_root
+
+ROOT = repo_root()
+
+
+def test_every_part_is_a_valid_paper_run_and_the_header_names_it():
+    header = (ROOT / "scripts" / "gpu-evidence.sh").read_text()
+    for part in G.PARTS:
+        cfg = config.resolve(part.chapter, "paper", **part.params)  # a typo or bad size fails here
+        assert all(cfg[k] == v for k, v in part.params.items())
+        config.resolve(part.chapter, "smoke", **part.toy)
+        assert part.chapter in header and f"~{part.minutes:g} min" in header
+        assert part.limit_s <= 600
+
+
+def test_commands_are_the_chapters_run_at_paper_or_smoke():
+    part, out = G.PARTS[0], Path("/x")
+    paper_cmd = G.command(part, out, toy=False)
+    assert paper_cmd[1:5] == ["run", part.chapter, "--profile", "paper"] and "--cache-dir" not in paper_cmd
+    for k, v in part.params.items():
+        i = paper_cmd.index(k)
+        assert paper_cmd[i - 1] == "-p" and json.loads(paper_cmd[i + 1]) == v
+    toy_cmd = G.command(part, out, toy=True)
+    assert toy_cmd[3:5] == ["--profile", "smoke"] and toy_cmd[toy_cmd.index("--cache-dir") + 1] == "/x/cache"
+
+
+def test_an_unknown_part_is_refused_before_any_work(tmp_path, capsys):
+    assert G.main(["--toy", "--out", str(tmp_path / "out"), "--only", "07_nope"]) == 2
+    err = capsys.readouterr().err
+    assert "07_nope" in err and "05_capacity" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_part_past_its_limit_is_stopped_and_publishes_nothing(tmp_path):
+    entry = G.run_part(G.parts(["02_sde"])[0], tmp_path, toy=True, limit_s=3)
+    assert entry["status"] == "stopped at its 3 s limit" and entry["wall_s"] < 60
+    assert not (tmp_path / "book" / "results" / "02_sde.json").exists()
+
+
+def test_no_result_yet_says_what_the_run_decides_and_costs(tmp_path):
+    for part in G.PARTS:
+        text = G.section_markdown(part.chapter, tmp_path)
+        assert text.startswith("## At paper scale (GPU)") and part.decides in text
+        assert "bash scripts/gpu-evidence.sh" in text and f"about {part.minutes:g} minutes" in text
+    assert G.section_markdown("06_cross_lens", tmp_path) is None
+
+
+@pytest.mark.slow
+def test_the_script_runs_every_part_at_toy_size(tmp_path):
+    out = tmp_path / "gpu"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-evidence.sh"), "--toy", "--out", str(out)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for i, part in enumerate(G.PARTS, 1):  # a line before and after every part, in order
+        assert f"gpu-evidence [{i}/{len(G.PARTS)}] {part.chapter}: about" in proc.stdout
+        assert f"gpu-evidence [{i}/{len(G.PARTS)}] {part.chapter}: finished in" in proc.stdout
+    record = json.loads((out / G.RECORD).read_text())
+    assert {p.chapter for p in G.PARTS} == set(record["parts"])
+    for part in G.PARTS:
+        res = json.loads((out / "book" / "results" / f"{part.chapter}.json").read_text())
+        assert res["profile"] == "smoke" and record["parts"][part.chapter]["toy"] is True
+        # a toy result is never shown as paper-scale evidence
+        assert "has not run on a GPU yet" in G.section_markdown(part.chapter, out)
+    # the same files, as a GPU run writes them, give the section with settings and verdicts in words
+    record["parts"]["05_capacity"]["toy"] = False
+    (out / G.RECORD).write_text(json.dumps(record))
+    text = G.section_markdown("05_capacity", out)
+    res = json.loads((out / "book" / "results" / "05_capacity.json").read_text())
+    assert "| vocab size | 32 | 2048 |" in text and "| model sizes | 1x8, 1x12, 1x16, 2x16 | 1x32, 2x64, 4x128 |" in text
+    for v in res["claims"]:
+        assert v["claim"].replace("*", "\\*")[:40] in text or v["claim"][:40] in text
+        assert f"`{v['key']}`" not in text
+    assert "{" not in text and "None" not in text
