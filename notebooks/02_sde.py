@@ -301,16 +301,17 @@ for feat in _choices:
 rows = {}
 for feat, m in by_feature.items():
     _inputs = ch.claim_inputs(run.metrics, m)
-    _verdicts = paper.evaluate(ch.claims(), _inputs, cfg.profile)
+    _verdicts = paper.evaluate(ch.claims(), _inputs, cfg.profile, regimes=paper.regimes(CH))
     rows[feat] = ch.sensitivity_row(cfg, m, _verdicts)
 sensitivity = ch.sensitivity_table(rows)
 run.record(sensitivity=sensitivity.to_dict(orient="index"))
 display(sensitivity.map(lambda v: round(v, 2) if isinstance(v, float) else v))
 
 # %% [markdown]
-# Each row is judged with the same claims and noise bands as the claims table at the end
-# (the spread identity, a check of our arithmetic, is left out here). "Not judged" means
-# the margin lay inside its noise band or a precondition failed.
+# Each row is judged with the same claims, noise bands and regime gates as the claims table at
+# the end (the spread identity, a check of our
+# arithmetic, is left out here). "Not judged" means the margin lay inside its noise band or a
+# precondition failed; "outside the paper's regime" that the claim's regime gate failed.
 #
 # ## What the split-half statistic measures
 #

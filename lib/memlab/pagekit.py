@@ -119,10 +119,12 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
     lines = [":::{admonition} What holds here\n:class: memlab-findings\n"]
     for k in headline:
         v = by_key[k]
-        evidence = md_escape(paper.ClaimsTable._evidence(v))
         claim = str(v["claim"])
+        # a failed gate's gap is said once per regime, under the list, not on every claim it gates
+        ours = ("*Ours:* outside the regime named below." if v["verdict"] == paper.OUTSIDE_REGIME
+                else f"*Ours:* {md_escape(paper.ClaimsTable._evidence(v))}")
         lines.append(f"- {paper.VERDICT_MARKS[v['verdict']]} **{v['verdict'].capitalize()}.** {md_escape(claim)}"
-                     f"{'' if claim.endswith('.') else '.'} *Ours:* {evidence}")
+                     f"{'' if claim.endswith('.') else '.'} {ours}")
     lines.append("")
     if regime:
         lines += [f"**Regime.** {md_escape(regime)}", ""]
@@ -131,9 +133,9 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
                  "did not reproduce.")
     outside = outside_regimes(verdicts)
     if outside:
-        lines += ["", "**Outside the paper's regime.** " + " ".join(
-            f"{len(claims)} claim{'s' if len(claims) != 1 else ''} gated on *{md_escape(text.rstrip('.'))}*: "
-            f"ours {md_escape(gap)}." for text, gap, claims in outside)]
+        lines += ["", "**Outside the paper's regime.**", ""] + [
+            f"- {len(claims)} claim{'s' if len(claims) != 1 else ''} gated on *{md_escape(text.rstrip('.'))}*: "
+            f"ours {md_escape(gap)}." for text, gap, claims in outside]
     lines.append(":::")
     return "\n".join(lines)
 

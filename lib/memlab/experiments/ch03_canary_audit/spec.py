@@ -139,10 +139,10 @@ REAL_SETTING: dict = {
 REAL_ESTIMATE_MIN = 35
 
 
-def real_command() -> str:
-    """The ``memlab run`` line of the ``real`` setting (what the chapter prints for a reader to run)."""
+def real_command(book_dir: str = "book/real") -> str:
+    """The ``memlab run`` command of the ``real`` setting, one option a line (what the chapter prints)."""
     import json
 
-    parts = ["memlab run 03_canary_audit --profile paper --allow-cpu"]
+    parts = ["memlab run 03_canary_audit --profile paper --allow-cpu --book-dir " + book_dir]
     parts += [f"-p {k} '{json.dumps(v)}'" if isinstance(v, list) else f"-p {k} {v}" for k, v in REAL_SETTING.items()]
-    return " ".join(parts)
+    return " \\\n    ".join(parts)

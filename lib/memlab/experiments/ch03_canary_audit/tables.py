@@ -326,7 +326,7 @@ def render_sections(book) -> list[str]:
                   "memorisation alone, on an idle machine, as the small model's was. The tests run this path "
                   "at toy size on every change. To run it:", "",
                   "```bash", "memlab models add smollm2-135m-instruct",
-                  real_command() + " --book-dir book/real", "```"]
+                  real_command(), "```"]
         return ["\n".join(lines) + "\n"]
     res = json.loads(path.read_text())
     prov = res.get("provenance", {})
