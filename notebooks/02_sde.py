@@ -301,7 +301,8 @@ for feat in _choices:
 rows = {}
 for feat, m in by_feature.items():
     _inputs = ch.claim_inputs(run.metrics, m)
-    _verdicts = paper.evaluate(ch.claims(), _inputs, cfg.profile, regimes=paper.regimes(CH))
+    _verdicts = paper.evaluate(ch.claims(), _inputs, cfg.profile,
+                               regimes=paper.regimes(CH))
     rows[feat] = ch.sensitivity_row(cfg, m, _verdicts)
 sensitivity = ch.sensitivity_table(rows)
 run.record(sensitivity=sensitivity.to_dict(orient="index"))

@@ -131,3 +131,47 @@ from memlab import cache, config, results
 cfg = config.resolve_spec("fake", {module}.SPEC, profile, **params)
 run = results.Run(cfg)
 {body}'''
+
+
+# ----------------------------------------------------------------------------- the session's smoke book
+# Defined here, not in a test module, so every module that uses it shares one build per session
+# (a fixture imported into a second module would be run again there).
+
+def _runnable() -> list[str]:
+    from memlab.chapters import CHAPTERS
+
+    return [c for c in CHAPTERS if (REPO / CHAPTERS[c].source).exists()]
+
+
+RUNNABLE = _runnable()
+
+
+@pytest.fixture(scope="session")
+def smoke_project(tmp_path_factory):
+    """A project folder with the book's pages and every chapter executed at the smoke profile."""
+    import shutil
+
+    from memlab import cli
+
+    root = tmp_path_factory.mktemp("smoke-book")
+    shutil.copy(REPO / "_config.yml", root / "_config.yml")
+    shutil.copy(REPO / "_toc.yml", root / "_toc.yml")
+    shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns("chapters", "results", "figures", ".staging-*"))
+    env = {"MEMLAB_OFFLINE": "1", "MEMLAB_PROGRESS": "0"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    outcomes = {}
+    try:
+        for chapter in RUNNABLE:
+            try:
+                cli.run_chapter(chapter, "smoke", book_dir=root / "book")
+                outcomes[chapter] = None
+            except Exception as e:  # reported per chapter by the test below
+                outcomes[chapter] = f"{type(e).__name__}: {e}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return root, outcomes

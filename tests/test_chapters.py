@@ -17,39 +17,11 @@ import pytest
 
 from memlab import book, cli
 from memlab.chapters import CHAPTERS
-from conftest import launch_chromium
+from conftest import RUNNABLE, launch_chromium, smoke_project  # noqa: F401 - one smoke book per session
 
 REPO = Path(__file__).resolve().parents[1]
-RUNNABLE = [c for c in CHAPTERS if (REPO / CHAPTERS[c].source).exists()]
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def smoke_project(tmp_path_factory):
-    """A project folder with the book's pages and every chapter executed at the smoke profile."""
-    root = tmp_path_factory.mktemp("smoke-book")
-    shutil.copy(REPO / "_config.yml", root / "_config.yml")
-    shutil.copy(REPO / "_toc.yml", root / "_toc.yml")
-    shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns("chapters", "results", "figures", ".staging-*"))
-    env = {"MEMLAB_OFFLINE": "1", "MEMLAB_PROGRESS": "0"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    outcomes = {}
-    try:
-        for chapter in RUNNABLE:
-            try:
-                cli.run_chapter(chapter, "smoke", book_dir=root / "book")
-                outcomes[chapter] = None
-            except Exception as e:  # reported per chapter by the test below
-                outcomes[chapter] = f"{type(e).__name__}: {e}"
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    return root, outcomes
 
 
 @pytest.mark.parametrize("chapter", RUNNABLE)

@@ -238,7 +238,7 @@ def check_signs(chapter: str, rows: list[dict]) -> list[str]:
     return bad
 
 
-from test_chapters import RUNNABLE, smoke_project  # noqa: E402,F401 - the session's smoke runs
+from conftest import RUNNABLE  # noqa: E402 - smoke_project: the session's smoke book (conftest)
 
 
 @pytest.mark.slow
