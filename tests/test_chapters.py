@@ -17,7 +17,7 @@ import pytest
 
 from memlab import book, cli
 from memlab.chapters import CHAPTERS
-from conftest import RUNNABLE, launch_chromium, smoke_project  # noqa: F401 - one smoke book per session
+from conftest import RUNNABLE, launch_chromium  # smoke_project: one smoke book per session (conftest)
 
 REPO = Path(__file__).resolve().parents[1]
 
