@@ -96,20 +96,29 @@ def run_part(part: Part, out: Path, toy: bool, limit_s: int | None = None) -> di
     cmd = command(part, out, toy)
     limit = limit_s or part.limit_s
     start = time.perf_counter()
+    # its own process group, so that the limit stops the run's kernel too, not only memlab
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         rc = proc.wait(timeout=limit)
         status = "finished" if rc == 0 else f"failed (exit {rc})"
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
         status = f"stopped at its {limit} s limit"
+    except BaseException:  # Ctrl-C: the run (in its own group) must not outlive the script
+        _stop(proc)
+        raise
     return {"chapter": part.chapter, "status": status, "wall_s": round(time.perf_counter() - start, 1),
             "limit_s": limit, "estimate_min": part.minutes, "toy": toy, "command": ["memlab", *cmd[1:]]}
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a part's process group: SIGTERM (memlab run cleans up its staging), SIGKILL after 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def run(out: Path, toy: bool = False, only: list[str] | None = None, limit_s: int | None = None) -> dict:
