@@ -109,3 +109,23 @@ def test_book_benchmark_times_cold_runs_at_each_thread_count(tmp_path):
     assert ratio["1"] == 1.0 and abs(ratio["2"] - round(runs[0]["wall_s"] / runs[1]["wall_s"], 2)) < 1e-9
     assert set(runs[0]["verdicts"]) == set(runs[1]["verdicts"])  # the same claims, judged at both counts
     assert m["book_wall_s"]["2"] == runs[1]["wall_s"]
+
+
+def test_compile_benchmark_projects_the_chapter_ratio_and_decides(tmp_path):
+    rec = _run("bench_compile.py", tmp_path, "--width", "2", "--batch", "8", "--steps", "2", "--repeats", "2",
+               "--steps-per-model", "10", "--models", "3", timeout=900)
+    m = rec["measurements"]
+    te, tc = m["eager_ms_per_step"] / 1e3, m["compiled_ms_per_step"] / 1e3
+    # the chapter ratio is the closed form of the recorded parts, and the decision follows the bar
+    want = 3 * 10 * te / (m["compile_cold_s"] + 2 * m["compile_warm_s"] + 3 * 10 * tc)
+    assert abs(m["chapter_ratio"] - want) <= 2e-3 * want + 1e-3
+    assert m["kept"] == (m["chapter_ratio"] >= m["keep_at"]) and m["keep_at"] == 1.15
+    assert m["compile_cold_s"] > 0 and m["max_loss_difference"] < 1e-3  # compiled training is the same training
+    assert rec["provenance"]["profile"] == "benchmark"
+
+
+def test_compile_benchmark_rejects_bad_sizes(tmp_path):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--models", "0"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--models" in out.stderr and not list(tmp_path.iterdir())
