@@ -390,3 +390,23 @@ def test_npo_without_retain_term_never_reads_retain_and_differs_from_the_variant
         npo.lm_unlearn(tiny(), forget, retain, retain_weight=-1.0, **kw)
     with pytest.raises(ValueError, match="'retain'"):
         npo.lm_unlearn(tiny(), forget, [], retain_weight=1.0, **kw)
+
+
+def test_real_model_section_states_the_cost_then_shows_a_published_run(tmp_path):
+    import json
+
+    from memlab import paper
+
+    before = E.render_sections(tmp_path)[0]
+    assert before.startswith("## On a real pretrained model") and "about 35 minutes" in before
+    assert "memlab models add smollm2-135m-instruct" in before and "--book-dir book/real" in before
+    rows = [{"key": "bypass", "claim": "The trace leaks after the answer is clean.", "verdict": paper.REPRODUCED},
+            {"key": "ga_collapse", "claim": "GA collapses the model", "verdict": paper.OUTSIDE_REGIME}]
+    (tmp_path / "real" / "results").mkdir(parents=True)
+    (tmp_path / "real" / "results" / f"{E.CHAPTER}.json").write_text(json.dumps(
+        {"claims": rows, "provenance": {"device": "cpu (AMD EPYC)", "wall_time_s": 1800}}))
+    after = E.render_sections(tmp_path)[0]
+    assert "cpu (AMD EPYC) in 30 minutes" in after and "memlab run" not in after
+    assert "- \u2713 **Reproduced.** The trace leaks after the answer is clean." in after
+    assert "**Outside the paper's regime.** GA collapses the model." in after
+    assert "bypass" not in after and "ga_collapse" not in after

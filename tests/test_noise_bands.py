@@ -46,3 +46,16 @@ def test_bootstrap_ci_is_reproducible_and_brackets_the_mean():
     assert lo == pytest.approx(t_lo, abs=0.03) and hi == pytest.approx(t_hi, abs=0.03)
     with pytest.raises(ValueError, match="non-empty"):
         metrics.bootstrap_ci([])
+
+
+def test_t_half_width_closed_form_and_refusal():
+    import pytest
+    from scipy import stats
+
+    from memlab.metrics import t_half_width
+
+    # two values 0 and 2: s = sqrt(2), so the half-width is t(0.975, 1) * sqrt(2) / sqrt(2)
+    assert t_half_width([0.0, 2.0]) == pytest.approx(stats.t.ppf(0.975, 1), rel=1e-12)
+    assert t_half_width([1.0, 1.0, 1.0]) == 0.0
+    with pytest.raises(ValueError, match="at least 2 values"):
+        t_half_width([1.0])

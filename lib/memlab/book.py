@@ -255,8 +255,15 @@ def hide_parameter_cells(notebook: Path) -> bool:
                 tags.append(t)
                 changed = True
     if changed:
-        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        _write_notebook(notebook, nb)
     return changed
+
+
+def _write_notebook(notebook: Path, nb: dict) -> None:
+    """Write a notebook's JSON as the book's staged pages are written (indented, UTF-8)."""
+    import json
+
+    notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def append_markdown(notebook: Path, texts: list[str]) -> bool:
@@ -267,7 +274,7 @@ def append_markdown(notebook: Path, texts: list[str]) -> bool:
         return False
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     nb["cells"] += [{"cell_type": "markdown", "metadata": {}, "source": t.splitlines(keepends=True)} for t in texts]
-    notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _write_notebook(notebook, nb)
     return True
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memlab.config import repo_root
+from memlab.results import write_json_atomic
 
 RECORD = "gpu-evidence.json"
 
@@ -133,16 +134,10 @@ def run(out: Path, toy: bool = False, only: list[str] | None = None, limit_s: in
               f"(hard limit {limit_s or part.limit_s} s){' at toy size' if toy else ''}", flush=True)
         entry = run_part(part, out, toy, limit_s)
         record["parts"][part.chapter] = entry
-        _write(path, record)
+        write_json_atomic(path, record)
         print(f"gpu-evidence [{i}/{len(todo)}] {part.chapter}: {entry['status']} in {entry['wall_s']:.0f} s",
               flush=True)
     return record
-
-
-def _write(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
 
 
 # ----------------------------------------------------------------------------- the chapter section
@@ -154,8 +149,8 @@ def section_markdown(chapter: str, folder: Path) -> str | None:
     at that scale (judged by the same predicates and regime gates). Without one: what the run
     would decide, how long it takes and the command that runs it.
     """
-    from memlab import config, paper
-    from memlab.pagekit import md_escape
+    from memlab import config
+    from memlab.pagekit import md_escape, verdict_line
 
     part = next((p for p in PARTS if p.chapter == chapter), None)
     if part is None:
@@ -181,8 +176,7 @@ def section_markdown(chapter: str, folder: Path) -> str | None:
         lines.append(f"| {k.replace('_', ' ')} | {_cell(cpu[k])} | {_cell(v)} |")
     lines += ["", "Verdicts at this scale, by the same predicates and regime gates as above:", ""]
     for v in res.get("claims", []):
-        lines.append(f"- {paper.VERDICT_MARKS.get(v['verdict'], '')} **{v['verdict'].capitalize()}.** "
-                     f"{md_escape(v['claim'])}")
+        lines.append(verdict_line(v))
     return "\n".join(lines) + "\n"
 
 

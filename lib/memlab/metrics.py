@@ -123,6 +123,20 @@ def f1_score(verdicts, labels) -> float:
     return float(2 * tp / (2 * tp + fp + fn)) if tp else 0.0
 
 
+def t_half_width(values, level: float = 0.95) -> float:
+    """Half-width of the Student-t ``level`` interval of the mean of ``values`` (shape (n,), n >= 2).
+
+    ``t(0.5 + level/2, n - 1) * s / sqrt(n)`` with ``s`` the sample standard deviation, in the
+    values' units.
+    """
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or len(x) < 2:
+        raise ValueError(f"t_half_width: needs a 1-d sequence of at least 2 values (got shape {x.shape})")
+    return float(stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)))
+
+
 def f1_band(labels, verdicts, other=None, seed: int = 0) -> float:
     """Half-width of the 95% bootstrap interval of F1 (or of F1(verdicts) - F1(other), paired).
 

@@ -103,6 +103,13 @@ def md_escape(text: str) -> str:
     return "".join(f"\\{c}" if c in _MD_SPECIAL else c for c in str(text))
 
 
+def verdict_line(v: dict) -> str:
+    """One verdict row as a Markdown list item: its mark, its verdict in bold, the claim as typed."""
+    claim = str(v["claim"])
+    return (f"- {paper.VERDICT_MARKS[v['verdict']]} **{v['verdict'].capitalize()}.** {md_escape(claim)}"
+            f"{'' if claim.endswith('.') else '.'}")
+
+
 def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime: str = "",
                       what: str = "the paper's claims", basis: str = "") -> str:
     """The box a chapter opens with: each headline claim's verdict and our numbers, the regime, the counts.
@@ -119,12 +126,10 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
     lines = [":::{admonition} What holds here\n:class: memlab-findings\n"]
     for k in headline:
         v = by_key[k]
-        claim = str(v["claim"])
         # a failed gate's gap is said once per regime, under the list, not on every claim it gates
         ours = ("*Ours:* outside the regime named below." if v["verdict"] == paper.OUTSIDE_REGIME
                 else f"*Ours:* {md_escape(paper.ClaimsTable._evidence(v))}")
-        lines.append(f"- {paper.VERDICT_MARKS[v['verdict']]} **{v['verdict'].capitalize()}.** {md_escape(claim)}"
-                     f"{'' if claim.endswith('.') else '.'} {ours}")
+        lines.append(f"{verdict_line(v)} {ours}")
     lines.append("")
     if regime:
         lines += [f"**Regime.** {md_escape(regime)}", ""]

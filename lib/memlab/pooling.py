@@ -32,7 +32,6 @@ The per-seed verdicts and "reproduced in k of n runs" stay beside the pooled ver
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 from memlab import paper
@@ -59,7 +58,8 @@ def pooled_margin(margins: Sequence[float], bands: Sequence[float]) -> tuple[flo
     gives ``(margin, band)``.
     """
     import numpy as np
-    from scipy import stats
+
+    from memlab.metrics import t_half_width
 
     m, b = np.asarray(margins, dtype=float), np.asarray(bands, dtype=float)
     if m.ndim != 1 or m.shape != b.shape or len(m) == 0:
@@ -72,7 +72,7 @@ def pooled_margin(margins: Sequence[float], bands: Sequence[float]) -> tuple[flo
     within = float(np.sqrt(np.sum(b ** 2)) / n)
     if n == 1:
         return float(m[0]), within
-    between = float(stats.t.ppf(0.5 + LEVEL / 2, n - 1) * m.std(ddof=1) / math.sqrt(n))
+    between = t_half_width(m, LEVEL)
     return float(m.mean()), max(between, within)
 
 

@@ -8,10 +8,9 @@ and :func:`claims`. The regime each claim needs is in ``regimes:`` of ``data/pap
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from memlab import paper
-from memlab.metrics import diff_band
+from memlab.metrics import diff_band, t_half_width
 from memlab.paper import Claim, NotJudged, declare, outside_noise
 
 from .spec import CHAPTER, METHODS
@@ -198,7 +197,7 @@ def _gn_reauc(m):
         raise NotJudged(f"{len(unl)} unlearned GroupNorm model(s) with a ReAUC: a band needs at least 2")
     vals = np.array(list(unl.values()))
     mean = float(vals.mean())
-    band = float(stats.t.ppf(0.975, len(vals) - 1) * vals.std(ddof=1) / np.sqrt(len(vals)))
+    band = t_half_width(vals)
     ev = (f"mean ReAUC of {len(vals)} unlearned GroupNorm models {mean:.3f} (95% t interval ±{band:.3f}; "
           f"lowest {min(unl, key=unl.get)} {min(vals):.3f}) against the paper's low end {low:.2f}")
     outside_noise(mean - low, band, ev)

@@ -310,7 +310,7 @@ def render_sections(book) -> list[str]:
     import json
     from pathlib import Path
 
-    from memlab.pagekit import md_escape
+    from memlab.pagekit import verdict_line
 
     from .spec import REAL_ESTIMATE_MIN, real_command
 
@@ -333,6 +333,5 @@ def render_sections(book) -> list[str]:
     lines += [f"The same audit on SmolLM2-135M-Instruct (Q4_1 weights dequantised to float32), run on "
               f"{prov.get('device', 'a CPU')} in {float(prov.get('wall_time_s', 0)) / 60:.0f} minutes. "
               "Verdicts by the same predicates and regime gates:", ""]
-    lines += [f"- {paper.VERDICT_MARKS.get(v['verdict'], '')} **{v['verdict'].capitalize()}.** {md_escape(v['claim'])}"
-              for v in res.get("claims", [])]
+    lines += [verdict_line(v) for v in res.get("claims", [])]
     return ["\n".join(lines) + "\n"]
