@@ -42,6 +42,7 @@ import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
 from memlab import costs, notices
+from memlab.train import compiled_steps, long_loops, loop_mode
 from memlab.config import device, repo_root
 from memlab.fsutil import apply_umask, clean_orphans, make_tmp_dir, tmp_path
 from memlab.results import git_commit, to_jsonable
@@ -104,8 +105,9 @@ def entry_path(k: str) -> Path:
     return cache_dir() / k
 
 
-def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) -> dict:
-    """What an entry records about how it was produced (its meta.json)."""
+def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str, mode: str | None = None) -> dict:
+    """What an entry records about how it was produced (its meta.json); ``mode``: how its long
+    training loops ran (:func:`memlab.train.loop_mode`)."""
     # Not part of the key, but results depend on them: the thread count changes the order of
     # floating-point sums in training, so an entry says how it was made.
     return {
@@ -113,11 +115,12 @@ def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str) 
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "kind": kind,
         "git_commit": git_commit(), "torch": torch.__version__, "device": device().type,
         "torch_threads": torch.get_num_threads(), "cpu_isa": torch.backends.cpu.get_cpu_capability(),
+        "torch_compile": mode,
     }
 
 
 def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) -> None:
-    """Warn when a CPU entry was trained with another torch thread count or vector ISA than this run uses.
+    """Warn when a CPU entry was trained with another torch thread count, vector ISA or compile mode than this run uses.
 
     Such an entry is valid, but a fresh training here would give slightly
     different weights (other summation orders), so a cold and a warm run of the
@@ -126,7 +129,8 @@ def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) ->
     if meta.get("device") != "cpu" or device().type != "cpu":
         return
     for what, made, now in (("torch threads", meta.get("torch_threads"), torch.get_num_threads()),
-                            ("CPU kernels (ISA)", meta.get("cpu_isa"), torch.backends.cpu.get_cpu_capability())):
+                            ("CPU kernels (ISA)", meta.get("cpu_isa"), torch.backends.cpu.get_cpu_capability()),
+                            ("training loops", meta.get("torch_compile"), "compiled" if compiled_steps() else "eager")):
         if made is not None and made != now:
             notices.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {what} {made}, "
                          f"this run uses {now}; its weights differ slightly from a fresh training here "
@@ -271,10 +275,11 @@ def load_or_train(
             return model
         model = build()  # a failed partial load may have changed some weights
     costs.begin(k, stage)
+    before = long_loops()
     train(model)
     costs.end(k)
     model.eval()
-    meta = _meta(chapter, stage, config, code_version, "model")
+    meta = _meta(chapter, stage, config, code_version, "model", loop_mode(before))
     _write_entry(k, lambda tmp: save_model(model, str(tmp / WEIGHTS)), meta)
     return model
 
@@ -295,11 +300,12 @@ def load_or_compute(
             costs.loaded(k, stage)
             return cached
     costs.begin(k, stage)
+    before = long_loops()
     tensors = compute()
     costs.end(k)
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise TypeError("compute() must return a dict of str -> torch.Tensor")
-    meta = _meta(chapter, stage, config, code_version, "tensors")
+    meta = _meta(chapter, stage, config, code_version, "tensors", loop_mode(before))
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
     _write_entry(k, lambda tmp: save_file(contiguous, str(tmp / WEIGHTS)), meta)
     return tensors

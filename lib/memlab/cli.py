@@ -26,7 +26,8 @@ from typing import Sequence
 from memlab.chapters import CHAPTERS
 from memlab.book import BuildError, render
 from memlab import exercises
-from memlab.config import DEFAULT_PROFILE, PROFILES, ConfigError, Param, repo_root, thread_count
+from memlab.config import (COMPILE_ENV, DEFAULT_PROFILE, PROFILES, ConfigError, Param, compile_enabled, repo_root,
+                           thread_count)
 from memlab.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
     print_estimate,
     RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
@@ -58,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads of the chapter's kernel (default OMP_NUM_THREADS, else every core); numbers "
                         "are identical on the same CPU type at the same thread count")
+    r.add_argument("--no-compile", action="store_true",
+                   help="train eagerly: no torch.compile of the long training loops (MEMLAB_COMPILE=0)")
     b = sub.add_parser("book", help="run every chapter, then render the HTML book")
     b.add_argument("--profile", default=DEFAULT_PROFILE)
     b.add_argument("--chapters", nargs="*", default=None, help="subset of chapter ids (default all)")
@@ -66,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     b.add_argument("--threads", type=int, default=None, metavar="N",
                    help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core)")
+    b.add_argument("--no-compile", action="store_true",
+                   help="train eagerly: no torch.compile of the long training loops (MEMLAB_COMPILE=0)")
     mo = sub.add_parser("models", help="install a pretrained model offline, once (memlab.models.local)")
     mo_sub = mo.add_subparsers(dest="models_command", required=True)
     ma = mo_sub.add_parser("add", help="install NAME as a Hugging Face folder under data/models/")
@@ -126,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--gpus-per-run", type=int, default=None,
                     help="GPUs each run requests as a Dask resource (default 1 at the paper profile, else 0)")
     sw.add_argument("--no-cache", action="store_true")
+    sw.add_argument("--no-compile", action="store_true",
+                   help="train eagerly: no torch.compile of the long training loops (MEMLAB_COMPILE=0)")
     sw.add_argument("--allow-download", action="store_true")
     sw.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     return ap
@@ -284,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("run", "book"):
             thread_count(args.threads)  # a bad --threads or OMP_NUM_THREADS is refused first
+        if getattr(args, "no_compile", False):
+            os.environ[COMPILE_ENV] = "0"  # the kernels (and a sweep's workers) inherit it
+        if args.command in ("run", "book", "sweep"):
+            compile_enabled()  # a bad MEMLAB_COMPILE is refused before any work
         if args.command == "run":
             params = parse_params(args.chapter, pairs)
             book_folder(args.book_dir, repo_root())  # an empty or file --book-dir is refused, dry run too

@@ -57,6 +57,7 @@ CONFIDENCE = 0.975  # two-sided 95% band
 # provenance fields that are not "where the numbers came from" (compared elsewhere or not at all)
 _NOT_PROVENANCE = ("date", "wall_time_s", "cost")
 _PROVENANCE_NAMES = {"cpu": "CPU", "isa": "vector ISA (ATen capability)", "cpu_threads": "threads",
+                     "torch_compile": "torch.compile of long training loops",
                      "git_commit": "code commit", "chapter_code": "chapter code fingerprint",
                      "memlab_version": "memlab version", "profile": "profile", "python": "Python",
                      "torch": "torch", "transformers": "transformers", "numpy": "numpy",

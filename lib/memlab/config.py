@@ -477,6 +477,23 @@ def thread_count(threads: int | None = None) -> int:
     return available_cores()
 
 
+COMPILE_ENV = "MEMLAB_COMPILE"  # "0" turns torch.compile of the training loops off (memlab run --no-compile)
+
+
+def compile_enabled() -> bool:
+    """Whether long training loops may use ``torch.compile`` (default yes; ``MEMLAB_COMPILE=0`` says no).
+
+    Bad input raises :class:`ConfigError` naming the variable, what was typed and what is allowed.
+    """
+    env = os.environ.get(COMPILE_ENV, "").strip().lower()
+    if env in ("", "1", "true", "yes", "on"):
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"environment variable {COMPILE_ENV}: must be 1 (compile long training loops) or 0 "
+                      f"(train eagerly) (got {env!r})")
+
+
 def require_memory(param: str, need: float, what: str) -> None:
     """Refuse before any work when ``need`` bytes exceed this machine's memory; the message names
     ``param`` (the parameter the user typed), the estimate and the limit."""

@@ -111,6 +111,8 @@ def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> d
     """Where a result came from: commit (``commit``, else HEAD now), versions, device, wall time, date."""
     import torch
 
+    from memlab.train import compiled_steps
+
     try:
         import transformers
 
@@ -125,6 +127,7 @@ def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> d
         "profile": profile,
         "device": f"{dev.type} ({name})",
         "cpu_threads": torch.get_num_threads(),
+        "torch_compile": compiled_steps(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": tv,
@@ -283,7 +286,8 @@ def provenance_markdown(cfg: Config, commit: str | None = None) -> str:
     code = (f"commit `{sha}` with uncommitted changes to the code (the chapter's code fingerprint "
             f"`{(chapter_code(cfg.chapter) or 'unknown')[:12]}` identifies it)" if dirty else f"commit `{sha}`")
     title = (f"Provenance: profile `{cfg.profile}`{seed} · commit `{short}` · {p['device']}, "
-             f"{p['cpu_threads']} thread{'s' if p['cpu_threads'] != 1 else ''}")
+             f"{p['cpu_threads']} thread{'s' if p['cpu_threads'] != 1 else ''}"
+             f"{'' if p['torch_compile'] else ', eager (no torch.compile)'}")
     return (
         f":::{{admonition}} {title}\n:class: note dropdown\n\n"
         f"Produced at the **{cfg.profile}** profile with {params}.  \n"
