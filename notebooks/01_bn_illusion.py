@@ -77,7 +77,7 @@ pd.options.display.float_format = "{:.1f}".format
 data = ch.load_data(cfg)
 orig = ch.original_model(cfg, data, cfg.seed)
 orig_audit, _ = ch.audit(orig, data, cfg.recal_batch)
-# Retrain (cached for Table 1) is in the regime table below.
+# Retrain (cached for the paper Table 1 rows) is in the regime table below.
 retrain0 = ch.unlearned_model(cfg, data, orig, "Retrain", cfg.seed)
 sizes = pd.DataFrame(
     {
@@ -163,7 +163,7 @@ display(
 )
 
 # %% [markdown]
-# ## Table 1: forget accuracy before and after recalibration
+# ## Forget accuracy before and after recalibration (paper Table 1)
 #
 # For each method: Pre-F and Post-F (forget-class test accuracy before and after the audit's
 # recalibration on `recal_images` retain images: 3000 of the 9000 at `cpu`, every one at
@@ -214,7 +214,7 @@ theirs = paper.table(CH, "table1")
 table1 = paper.side_by_side(summary, theirs, metrics=ch.METRICS)
 display(
     Markdown(
-        f"Reproduces the paper's {paper.source(CH, 'table1')}:"
+        f"Reproduces paper {paper.source(CH, 'table1')}:"
         f" {theirs.attrs['caption']}. *ours*: profile `{cfg.profile}`, {cfg.n_seeds}"
         " seed(s)"
         + (", mean over seeds (std in the second table)" if cfg.n_seeds > 1 else "")
@@ -267,7 +267,7 @@ display(
 # running statistics left by training (a moving average over the last batches) differ from
 # the full-retain moments; at the short `cpu` schedule this gap is not negligible.
 #
-# ## Table 2: linear-probe decomposition
+# ## Linear-probe decomposition (paper Table 2)
 #
 # The probe gap to Retrain splits into a BN-residual, LP(M) − LP(M_cal), and an NC-residual,
 # LP(M_cal) − LP(Retrain). A positive BN-residual means the published checkpoint
@@ -282,7 +282,7 @@ t2_paper = paper.table(
 )
 display(
     Markdown(
-        f"Reproduces the paper's {t2_paper.attrs['source']}. LP of Retrain: ours "
+        f"Reproduces paper {t2_paper.attrs['source']}. LP of Retrain: ours "
         f"{table2.attrs['LP_retrain']:.1f}%, paper "
         f"{paper.number(CH, 'lp_retrain_' + cfg.dataset):.2f}% ({cfg.dataset})."
     )
@@ -298,14 +298,14 @@ if cfg.dataset != "cifar100":
     )
     display(
         Markdown(
-            f"Paper, CIFAR-100 ({c100.attrs['source']}): the masking case, where the"
+            f"CIFAR-100, from paper {c100.attrs['source']}: the masking case, where the"
             " BN-residual is negative and the recalibrated probe sits above Retrain."
         )
     )
     display(c100)
 
 # %% [markdown]
-# ## Figure 1a: recovery with 100 unlabelled images
+# ## Recovery with 100 unlabelled images (paper Figure 1a)
 #
 # An attacker who holds the checkpoint needs neither labels nor retain data. A forward pass
 # over `recovery_b` unlabelled in-distribution images (here: held-out test images of the
@@ -336,7 +336,7 @@ run.record(**ch.figure1a_metrics(fig1a_df))
 # 100 unlabelled held-out test images, and after the audit's retain recalibration (our run).
 # ```
 #
-# ## Figure 1b: how many images does recovery need?
+# ## How many images does recovery need? (paper Figure 1b)
 #
 # The same recalibration, repeated for each budget B, with three image sources: retain
 # images, held-out test images, and an out-of-distribution source. The paper's
@@ -364,7 +364,7 @@ for ax, m in zip(axes, rec_methods):
         ax.errorbar(
             s.index,
             s["mean"],
-            yerr=s["std"].fillna(0),
+            yerr=s["std"] if cfg.n_seeds > 1 else None,  # no bars from one seed
             marker="o",
             ms=3,
             capsize=2,
@@ -401,8 +401,9 @@ run.record(**ch.figure1b_metrics(sweep, cfg.budgets))
 # ```{glue:figure} 01_bn_illusion-fig1b
 # :name: fig-01-1b
 # Forget-class test accuracy after recalibrating on B unlabelled images from three sources,
-# for three representative methods (our run; error bars: std over seeds). Dashed line: the
-# audit's retain recalibration.
+# for three representative methods (our run: one seed at the `smoke` and `cpu` profiles; at
+# `paper`, the mean over its seeds with their standard deviation as error bars). Dashed line:
+# the audit's retain recalibration.
 # ```
 #
 # ## The GroupNorm control
@@ -410,7 +411,7 @@ run.record(**ch.figure1b_metrics(sweep, cfg.budgets))
 # GroupNorm normalises each image with its own statistics and keeps no running state.
 # Recalibration is then the identity, so ΔF must be exactly zero for every method. The
 # encoder can still leak: ReAUC shows how quickly the forget class comes back. The paper
-# (Appendix F, Table 6) reports ΔF = 0.00 pp for eight methods plus Retrain (PGU omitted)
+# (paper Table 6, Appendix F) reports ΔF = 0.00 pp for eight methods plus Retrain (PGU omitted)
 # and a relearning AUC of 0.95–0.98.
 
 # %%
@@ -446,7 +447,7 @@ else:
 # Before recalibration, near-zero forget accuracy cannot tell a leaky method from Retrain.
 # The paper correlates post-recalibration forget accuracy with ReAUC (Pearson r = 0.998,
 # Spearman 0.988, Kendall 0.952) and with LP-50 (p < 0.005 for all three tests) over the
-# ten Table 1 rows. We compute the same tests over our rows.
+# ten paper Table 1 rows. We compute the same tests over our rows.
 
 # %%
 corr = ch.correlations(ours)
@@ -485,8 +486,8 @@ run.record(**ch.correlation_metrics(corr))
 # %% [markdown]
 # ```{glue:figure} 01_bn_illusion-correlations
 # :name: fig-01-corr
-# Post-recalibration forget accuracy against ReAUC and LP-50, one point per Table 1 row
-# (our run).
+# Post-recalibration forget accuracy against ReAUC and LP-50, one point per method of our
+# paper Table 1 reproduction (our run).
 # ```
 #
 # ## Appendix H: GA's gap against its step count
@@ -545,7 +546,7 @@ run.record(**ch.appendix_q_metrics(app_q))
 # in each unlearning batch (our run; paper: a share of at least 25% removes the gap).
 # ```
 #
-# ## Figure 2: where the statistics are misaligned
+# ## Where the statistics are misaligned (paper Figure 2)
 #
 # For every BN layer, the mean over channels of |μ − μ*| / σ*: the stored running mean
 # against the recalibrated one, in units of the recalibrated standard deviation (solid
@@ -585,7 +586,7 @@ run.record(**ch.misalignment_metrics(mis))
 #
 # Each headline claim of the paper is written as a predicate over our results. The verdict
 # holds for the profile that produced this page. Thresholds that differ from the paper's
-# wording are stated in the claim text. Claims that need CIFAR-100 (the Table 2 sign
+# wording are stated in the claim text. Claims that need CIFAR-100 (the paper Table 2 sign
 # pattern), Tiny-ImageNet or ImageNet-100 are outside this chapter's runs.
 
 # %% tags=["hide-input"]
@@ -596,12 +597,13 @@ if cfg.n_seeds == 1:
     # seed's noise.
     display(
         Markdown(
-            f"Every Table 1 row here comes from **one seed** (seed {cfg.seed})."
+            "Every method row here (paper Table 1) comes from **one seed**"
+            f" (seed {cfg.seed})."
             " Verdicts that turn on a few points, such as which method flips most or"
             " the sign of a small residual, can change with the seed: re-run with"
             f" `memlab run 01_bn_illusion -p seed {cfg.seed + 1}` (a different data"
             " subset and initialisation), or with `-p n_seeds 3` to average rows over"
-            " seeds (about three times the Table 1 cost)."
+            " seeds (about three times the cost of those rows)."
         )
     )
 
@@ -612,7 +614,7 @@ if cfg.n_seeds == 1:
 # our run, fixed from the paper's text before any verdict by two rules. A trained model's
 # accuracy must lie within 10 points of the paper's: the paper does not report its original, but
 # its recalibrated NoiseInject knows the forget class at 98.7% and its Retrain fits retain images
-# at 99.6% (Table 1), so our Original must reach 88.7% on the forget class and our Retrain 89.6%
+# at 99.6% (paper Table 1), so our Original must reach 88.7% on the forget class and our Retrain 89.6%
 # on retain images (the same for the GroupNorm pair, which the paper trains alike). A schedule the
 # paper states must be at least its length: relearning runs 50 epochs, and GA makes 12.5 passes
 # over the forget set (500 steps of 128 images over 5000). A claim whose gate fails is "outside

@@ -79,7 +79,7 @@ cfg, run = pagekit.start(CH, profile, params)
 # (random crop, flip) on a class-balanced subset of CIFAR-10. The paper trains full-width
 # networks on all 50,000 images for 182 epochs; at the `cpu` profile the network is narrow
 # (stem width 8), the training set 600 images per class and training 10 epochs, so that
-# the four trained models (three for Table 1, one original for Table 3) fit the chapter's
+# the four trained models (three for paper Table 1, one original for paper Table 3) fit the chapter's
 # budget on two CPU cores. An epoch's trailing partial batch is merged into the one before
 # it (`memlab.train`), so no step is taken on a handful of images. The tables below say
 # which sizes were used.
@@ -104,14 +104,14 @@ display(ch.sizes_table(cfg, data))
 # %%
 regime = ch.regime(cfg, data)
 run.record(regime=regime.to_dict())
-display(regime.round(2).rename_axis("Original model (Table 3 proxies)"))
+display(regime.round(2).rename_axis("Original model (paper Table 3 proxies)"))
 
 # %% [markdown]
 # ## Unlearning methods and their tuning rule
 #
 # The original model is trained on all data; the forget set is a random $R = 10\%$ of it.
 # Retrain is the model trained without the forget set (exact unlearning; shared with
-# Table 1). RandLabel fine-tunes with random labels on the forget set mixed with retain
+# paper Table 1). RandLabel fine-tunes with random labels on the forget set mixed with retain
 # data; Unroll {cite}`thudi2022unrolling` is Thudi et al.'s single-gradient unlearning,
 # the first-order undoing of the forget set's SGD steps with the gradient taken at the
 # initial weights $w_0$ ($w \leftarrow w_T + s\,\tfrac{\bar\eta E}{B}\sum_{x \in D_f}
@@ -124,7 +124,7 @@ display(regime.round(2).rename_axis("Original model (Table 3 proxies)"))
 # **Tuning rule.** A method's `cpu` hyper-parameters (`unlearn_lr`, `unlearn_steps`,
 # `unroll_scale`) are the strongest setting, on a coarse grid, whose retain accuracy
 # Acc_r stays within 10 points of the original's, as the paper's methods keep theirs
-# (Table 3: 92.7-99.4%). They were tuned on Acc_r alone, never on OTR, ASR or a verdict.
+# (paper Table 3: 92.7-99.4%). They were tuned on Acc_r alone, never on OTR, ASR or a verdict.
 # Measured once on this `cpu` original (Acc_r 56.5%): Unroll's full first-order step
 # ($s = 1$) leaves Acc_r at 13.0%, $s = 0.3$ at 45.2% and $s = 0.1$ at 55.3%, so
 # `unroll_scale` is 0.1; RandLabel and SalUn keep 53.3% and 52.8% at `unlearn_lr` 0.01
@@ -140,7 +140,7 @@ accuracies = ch.accuracy_table(cfg, data, models)
 display(ch.accuracy_rule_table(accuracies).round(1))
 
 # %% [markdown]
-# ## Table 1: telling in- from out-of-training subsets
+# ## Telling in- from out-of-training subsets (paper Table 1)
 #
 # For each held-out fraction $R$ a model is trained on the remaining data (a "retrained"
 # model in the paper's terms). Target subsets are drawn from the data it saw (in-training)
@@ -164,12 +164,12 @@ display(
 )
 
 # %% [markdown]
-# ## Table 2: SDE against distribution distances
+# ## SDE against distribution distances (paper Table 2)
 #
 # The same targets and references, judged by whether the target's outputs are closer (biased
 # squared MMD with the same RBF kernel, or exact 1-Wasserstein distance between the two point
 # clouds) to the out-of-training or the in-training reference. The paper's setting is
-# $R = 10\%$, $|S| = 1000$; ours is the $R = 10\%$ column of Table 1.
+# $R = 10\%$, $|S| = 1000$; ours is the $R = 10\%$ column of the paper Table 1 reproduction above.
 
 # %%
 table2, every_setting = ch.table2(f1, frames["band"], main_col)
@@ -177,7 +177,7 @@ display(table2.round(2))
 display(every_setting.round(2))
 
 # %% [markdown]
-# ## Table 3: evaluating unlearning methods
+# ## Evaluating unlearning methods (paper Table 3)
 #
 # **ASR** is the share of the forget set that a logistic-regression attack on
 # (true-class confidence, entropy), fitted on retain vs test samples, calls "non-member";
@@ -282,7 +282,7 @@ display(
 # halves' *model outputs* $h(x)$. For a classifier that could mean the logits, the softmax
 # probabilities, or the features before the classifier. The same models and subsets give
 # very different answers depending on that choice, so the table below reruns every
-# output-dependent number of the chapter (Tables 1-3, size, bandwidth, early model; the
+# output-dependent number of the chapter (paper Tables 1-3, size, bandwidth, early model; the
 # depth ablation reads every depth anyway) for each choice and judges the same claims.
 #
 # **The chapter's default is the logits**, chosen from the paper's text and fixed before
@@ -461,8 +461,8 @@ verdicts = pagekit.judge(ch.claims(), run)
 # Every claim of the paper is judged only inside the regime the paper tested it in, a
 # precondition read from our run and fixed from the paper's text, before any verdict, by one
 # rule: each accuracy or rate the paper reports for its models, less 10 points. The paper's
-# ResNet-18 reaches 98.6 % on data it trained on and 93.3 % on data it never saw (Table 3's
-# Retrain row, the proxies of the regime table above), so our Original must reach 88.6 % and
+# ResNet-18 reaches 98.6 % on data it trained on and 93.3 % on data it never saw (paper Table 3,
+# Retrain row: the proxies of the regime table above), so our Original must reach 88.6 % and
 # 83.3 %; the Unroll claim also needs SDE to call Retrain's forget set unseen as the paper's
 # does (OTR 87 %, so at least 77 %). A claim whose gate fails says nothing about the paper
 # either way. The table gives each gate, what this run measured, and the run that would bring

@@ -188,10 +188,10 @@ display(
 # (with 250 non-members, TPR@1%FPR would be the TPR at two false positives).
 
 # %% [markdown]
-# ## Domain fine-tuning (Table 1)
+# ## Domain fine-tuning (paper Table 1)
 #
 # Each domain setting fine-tunes the base on its own members; scores, references and runs are
-# otherwise identical. The paper's numbers (LLaDA-8B-Base fine-tuned on WikiText, Table 1; only the
+# otherwise identical. The paper's numbers (LLaDA-8B-Base fine-tuned on WikiText, paper Table 1; only the
 # Q-Skew and SAMA entries are in our summary of the paper) sit beside both.
 
 # %%
@@ -276,7 +276,7 @@ if shown:
 # ```
 
 # %% [markdown]
-# ## Instruction fine-tuning (Table 2)
+# ## Instruction fine-tuning (paper Table 2)
 
 # %%
 ift = ch.instruction_experiment(setup)
@@ -289,15 +289,15 @@ ch.na_cells(
 )
 
 # %% [markdown]
-# Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (Table 2, the general-purpose instruction set
+# Paper: LLaDA-8B-Instruct fine-tuned on Alpaca (paper Table 2, the general-purpose instruction set
 # closest to our WikiText continuation pairs). For reference, the paper's Q-Skew AUC on MedQA and
-# Tulu-3 is 72.8 and 67.2, and Table 3 reports the weaker Dream models:
+# Tulu-3 is 72.8 and 67.2, and paper Table 3 reports the weaker Dream models:
 
 # %%
 display(paper.table(CH, "table3_dream"))
 
 # %% [markdown]
-# ## Attack strength against fine-tuning epochs (Figure 2)
+# ## Attack strength against fine-tuning epochs (paper Figure 2)
 
 # %%
 sweeps = {d: ch.figure2_table(r) for d, r in dft.items()}
@@ -322,12 +322,12 @@ for d, sweep in sweeps.items():
 # ```{glue:figure} 04_qskew-epochs
 # :name: fig-04-epochs
 # AUC (%) of every score against the number of fine-tuning epochs (snapshots of one run per seed,
-# mean over runs), one panel per domain setting. The paper's Figure 2 shows Q-Skew above the
+# mean over runs), one panel per domain setting. Paper Figure 2 shows Q-Skew above the
 # baselines at every epoch; its point values are not in our summary of the paper.
 # ```
 
 # %% [markdown]
-# ## Mismatched reference models (Table 4)
+# ## Mismatched reference models (paper Table 4)
 #
 # *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
 # base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
@@ -347,7 +347,7 @@ if any(t4.values()):
                 Markdown(
                     f"**{label}**"
                     + (f", {DOMAIN_NAMES[d]}" if side == "base" else "")
-                    + f" (paper: {paper.source(CH, key)})"
+                    + f" (paper {paper.source(CH, key)})"
                 )
             )
             display(
@@ -361,7 +361,7 @@ if any(t4.values()):
                 break
 
 # %% [markdown]
-# ## Ablation (Table 5)
+# ## Ablation (paper Table 5)
 #
 # *w/o cyclic sampling*: the same number of masks, each token masked independently with probability
 # $\rho$. *Mean instead of skewness*: the quantile-weighted mean of $\Delta$. *w/o quantile
@@ -383,18 +383,18 @@ if ours_abl:
         )
 
 # %% [markdown]
-# ## Token-level asymmetry (Figure 1)
+# ## Token-level asymmetry (paper Figure 1)
 #
 # The method rests on one assumption (the paper's Assumption 3.1): when a token is masked and
 # trained, its gain is larger the lower the mask ratio. We fine-tune the base on the members at a
 # *fixed* mask ratio (0.25, 0.5, 0.75) and measure every member token's gain, base NLL minus
 # fine-tuned NLL, under one shared round of cyclic masks. Two readings are shown: the total gain after
-# training (what the paper's Figure 1 plots) and the gain per step in which the token was masked
+# training (what paper Figure 1 plots) and the gain per step in which the token was masked
 # (total divided by ratio times epochs, since a higher ratio trains each token more often).
 
 # %%
 asym = ch.asymmetry_experiment(setup)
-# Violin plot of per-token gains by fine-tuning mask ratio (Figure 1 analogue).
+# Violin plot of per-token gains by fine-tuning mask ratio (analogue of paper Figure 1).
 fig, ax = plotting.figure("single")
 ratios = list(asym["gains"])
 ax.violinplot([asym["gains"][r] for r in ratios], showmedians=True)
@@ -414,7 +414,7 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 # ```
 
 # %% [markdown]
-# ## PII reconstruction (Table 6)
+# ## PII reconstruction (paper Table 6)
 #
 # Records are synthetic (`memlab.data.pii`): a fictional name and topic followed by an e-mail address
 # or a phone number, e.g. `Maria Lopez of the harbour survey , email : maria.lopez41@inbox.net`,

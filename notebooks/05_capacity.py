@@ -99,7 +99,7 @@ display(
 )
 
 # %% [markdown]
-# ## Memorisation of uniform random tokens (Figure 1)
+# ## Memorisation of uniform random tokens (paper Figure 1)
 #
 # Each model is trained on data sets of $N$ random sequences; its total memorisation is
 # $\sum_i \max(0, S\log_2 V - \text{codelen}_i)$. Small data sets are memorised almost whole
@@ -165,7 +165,7 @@ run.record(**ch.sweep_metrics(sweep))
 # ```
 
 # %% [markdown]
-# ## Did training converge? (Figure 5)
+# ## Did training converge? (paper Figure 5)
 #
 # The evidence for every run: memorisation at half the schedule, at the second-to-last and at
 # the last checkpoint. "gain 2nd half" is what the second half of the schedule added, as a
@@ -206,7 +206,7 @@ run.record(**ch.convergence_metrics(cfg, sweep))
 # ```
 
 # %% [markdown]
-# ## Capacity against parameters (Figure 6)
+# ## Capacity against parameters (paper Figure 6)
 #
 # A model's capacity is its largest memorisation over the data set sizes; $\alpha$ is the slope
 # of a least-squares line through the origin of capacity against parameter count. Its band
@@ -293,7 +293,7 @@ display(paper.side_by_side(alphas, paper.table(CH, "alpha")).round(3))
 run.record(**ch.precision_metrics(prec_caps))
 
 # %% [markdown]
-# ## Appendix A.1: varying $S$ and $V$ at a fixed number of samples (Tables 3 and 4)
+# ## Appendix A.1: varying $S$ and $V$ at a fixed number of samples (paper Tables 3 and 4)
 #
 # One model trained on `a1_n_samples` sequences while the sequence length (at $V$ =
 # `vocab_size`) or the vocabulary (at $S$ = `a1_fixed_seq_len`) changes. The prediction is
@@ -329,7 +329,7 @@ _ = plotting.publish(fig, "fig11", CH)
 # ```
 
 # %% [markdown]
-# ## Text: unintended memorisation and double descent (Figures 2 and 3)
+# ## Text: unintended memorisation and double descent (paper Figures 2 and 3)
 #
 # WikiText-2 (validation and test text) is tokenised with a BPE tokenizer trained on it, cut into
 # non-overlapping sequences and de-duplicated exactly (the paper notes that 1–2 % of truncated
@@ -414,26 +414,26 @@ display(
 # ```
 
 # %% [markdown]
-# ## Membership inference and its scaling law (Figures 7, 9, 14)
+# ## Membership inference and its scaling law (paper Figures 7, 9, 14)
 #
 # The loss-threshold attack calls the samples with the lowest code lengths members, with as many
 # calls as there are members, so precision equals recall (= F1) and chance is 0.5. On uniform
-# tokens we show the F1 against sequences per parameter (Figure 14) but fit nothing: the law is
+# tokens we show the F1 against sequences per parameter (paper Figure 14) but fit nothing: the law is
 # about text, and a law fitted on 64-token text does not carry to 16-token random sequences.
 # The law's constants are fitted **on the text runs only** (`scipy.optimize.curve_fit`) and the
 # paper's own constants are shown beside them.
 #
-# **The law as printed cannot produce Table 2**: with $c_2 = -0.034$ and $c_3 = -33.14$ the
+# **The law as printed cannot produce paper Table 2**: with $c_2 = -0.034$ and $c_3 = -33.14$ the
 # argument $c_2\,\mathrm{Capacity}/|D| + c_3$ is below $-33$ for any positive capacity, so the
-# printed formula gives F1 = 0.5 everywhere. Table 2 itself pins the form down: its $|D|$ for a
+# printed formula gives F1 = 0.5 everywhere. Paper Table 2 itself pins the form down: its $|D|$ for a
 # given F1 scales exactly with $|\theta|$ between GPT2-XL and GPT-2 small (the ratio is 12.579 in
 # all three rows), and the sigmoid's logit is linear in $|D|/|\theta|$ with slope $-33.14 = c_3$.
 # The form that reproduces all six rows is
 #
 # $$\mathrm{F1} = \tfrac12\Big(1 + c_1\,\sigma\big(c_3\,(|D|/|\theta| + c_2)\big)\Big),$$
 #
-# i.e. the data-to-capacity ratio is **training sequences per parameter**. (Table 2's $|D|$
-# values imply $c_2 = -0.0337$, which rounds to the printed $-0.034$.)
+# i.e. the data-to-capacity ratio is **training sequences per parameter**. (The $|D|$ values
+# of paper Table 2 imply $c_2 = -0.0337$, which rounds to the printed $-0.034$.)
 
 # %%
 law_m = ch.law_metrics(text)
@@ -497,11 +497,11 @@ _ = plotting.publish(fig, "fig7", CH)
 # ```
 
 # %% [markdown]
-# ### Sanity check: the law's arithmetic (Table 2)
+# ### Sanity check: the law's arithmetic (paper Table 2)
 #
-# Not an experiment: the law, with the paper's constants, evaluated at Table 2's $|D|$ must
-# give Table 2's predicted F1, and inverted at that F1 must give its $|D|$. The parameter
-# counts in Table 2 are those of GPT-2 with 64 positions, which
+# Not an experiment: the law, with the paper's constants, evaluated at the $|D|$ of
+# paper Table 2 must give its predicted F1, and inverted at that F1 must give its $|D|$.
+# The parameter counts in paper Table 2 are those of GPT-2 with 64 positions, which
 # `memlab.models.gpt2_small.count_params` reproduces exactly. This checks our reading of the
 # formula; the observed F1 column is the paper's experiment, which we do not re-run.
 
@@ -543,7 +543,7 @@ _ = plotting.publish(fig, "fig_extraction", CH)
 # ```
 
 # %% [markdown]
-# ## Which sequences are memorised most? TF-IDF (Figure 16)
+# ## Which sequences are memorised most? TF-IDF (paper Figure 16)
 #
 # $\mathrm{TF\text{-}IDF}(d; D) = \frac{1}{|d|}\sum_{w\in d}\log\frac{|D|}{\mathrm{tf}(w, D)}$ over
 # the tokens of each training sequence, against its unintended memorisation, for the largest
@@ -612,7 +612,7 @@ display(
 # test checks that moving it flips the verdict). A claim is *not judged* when its margin lies
 # inside the noise band printed in its evidence, or when a capacity it rests on comes from a
 # run that was still rising (a lower bound), and *outside the paper's regime* when its regime
-# gate fails (below). The Table 2 row is a sanity check of the law's arithmetic, not a
+# gate fails (below). The row for paper Table 2 is a sanity check of the law's arithmetic, not a
 # reproduction.
 
 # %% tags=["hide-input"]
@@ -629,13 +629,13 @@ pagekit.glue_findings(CH, verdicts)  # the box the page opens with
 # any verdict. One rule serves every convergence gate: a run has converged when the second
 # half of its schedule added at most 2.5 % of its final memorisation, the spread the paper's
 # 8M-parameter model shows over data sets from 16K to 4M samples when it concludes that more
-# steps would not memorise significantly more (Section 3.2, Figure 5). It gates the capacity
+# steps would not memorise significantly more (paper Figure 5, Section 3.2). It gates the capacity
 # runs behind $\alpha$ and the linear fit, every run of the sweep for the plateau and the
 # membership curve on uniform tokens, both precisions' runs, and the A.1 runs. The text claims
 # that read memorisation against the oracle need the oracle to code held-out text better than
 # every text model, as the paper defines it (Section 4). The text runs record no convergence
 # trajectory, so membership, extraction and the law on text stay ungated and are judged as
-# they are; the Table 2 row, a check of our arithmetic, has no gate. A claim whose gate fails
+# they are; the row for paper Table 2, a check of our arithmetic, has no gate. A claim whose gate fails
 # is *outside the paper's regime*: it says nothing about the paper either way. The table gives
 # each gate, what this run measured, and the run that would bring the claims inside it with
 # its estimated cost.
@@ -649,7 +649,7 @@ display(pagekit.regimes_table(CH, verdicts))
 # At the profile of this page, {glue:}`05_capacity-n-reproduced` of the paper's claims reproduced,
 # {glue:}`05_capacity-n-not-reproduced` did not, {glue:}`05_capacity-n-outside-regime` lay
 # outside the paper's regime, {glue:}`05_capacity-n-not-judged` could not be
-# judged and {glue:}`05_capacity-n-not-run` were not run (the Table 2 row is a sanity check,
+# judged and {glue:}`05_capacity-n-not-run` were not run (the row for paper Table 2 is a sanity check,
 # counted apart). A cold run costs at most {glue:}`05_capacity-cold-cpu-min` minutes: the training
 # recorded in the cache, wall time measured on a shared two-core machine where the chapter got
 # about a quarter of a core (the cold `cpu` run of 1 December 2026: 66 minutes wall, 18

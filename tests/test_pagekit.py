@@ -81,7 +81,9 @@ def test_the_findings_box_lists_the_headline_claims_with_our_numbers_and_every_c
     # headline order; the claim's words and evidence shown as typed (Markdown escaped)
     assert bullets == ["- \u2248 **Not judged.** Six of nine methods flip. *Ours:* margin -0.1 inside ±0.2",
                        "- \u2713 **Reproduced.** Gap of \\|dF\\| \\<= 2 pp. *Ours:* dF = +1.5 ± 0.3 pp (p\\_value 0.01)"]
-    assert "**Regime.** Our model knows 66 % (paper \\~98 %)." in text  # shown as "~98 %"
+    assert "**Regime.** Our model knows 66 % (paper ~98 %)." in text  # the chapter's Markdown, headed once
+    own = pagekit.findings_markdown(FINDINGS, ["a"], regime="**The regime.** The base reads *no* context.")
+    assert "**The regime.** The base reads *no* context." in own and "**Regime.**" not in own
     assert ("Of the paper's 3 claims on this page: 1 reproduced, 1 not reproduced, 0 outside the paper's regime "
             "(our run failed its regime gate), 1 not judged (inside the "
             "noise, or a precondition failed), 0 not run at this profile; 1 sanity check (true by "

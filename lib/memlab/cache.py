@@ -120,7 +120,7 @@ def _meta(chapter: str, stage: str, config: dict, code_version: str, kind: str, 
 
 
 def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) -> None:
-    """Warn when a CPU entry was trained with another torch thread count, vector ISA or compile mode than this run uses.
+    """Warn when a CPU entry was trained with another thread count, vector ISA or compile mode than this run.
 
     Such an entry is valid, but a fresh training here would give slightly
     different weights (other summation orders), so a cold and a warm run of the

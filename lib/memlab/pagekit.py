@@ -131,8 +131,8 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
                 else f"*Ours:* {md_escape(paper.ClaimsTable._evidence(v))}")
         lines.append(f"{verdict_line(v)} {ours}")
     lines.append("")
-    if regime:
-        lines += [f"**Regime.** {md_escape(regime)}", ""]
+    if regime:  # the chapter's own Markdown (as the closing block shows it), headed unless it heads itself
+        lines += [regime if regime.lstrip().startswith("**") else f"**Regime.** {regime}", ""]
     lines.append(counts_sentence(counts(verdicts), what) + (f" {md_escape(basis)}" if basis else "")
                  + " The claims table below gives every claim with its noise band and the reason where one "
                  "did not reproduce.")

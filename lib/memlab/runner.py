@@ -433,6 +433,10 @@ def run_chapter(
             if profile in ("smoke", "cpu"):
                 os.environ["MEMLAB_OFFLINE"] = "1"  # the kernel's memlab import turns the guard on
         os.environ.setdefault("MPLBACKEND", "Agg")
+        from memlab.cache import cache_path
+
+        # compiled kernels beside the models, so an empty cache folder means a cold run, compile included
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_path().parent / "inductor"))
         # Every core by default (--threads N or OMP_NUM_THREADS to choose): numbers are identical
         # on the same CPU type at the same thread count, which the provenance records.
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n_threads)
