@@ -39,7 +39,7 @@ def cold_run(chapter: str, profile: str, threads: int, params: list[str], scratc
     # its own cache root: models, the arrays and tokenizers beside them, and inductor's compiled kernels
     book, cache = scratch / f"{chapter}-{label}" / "book", scratch / f"{chapter}-{label}" / "cache" / "models"
     cmd = [sys.executable, "-m", "memlab.cli", "run", chapter, "--profile", profile, "--threads", str(threads),
-           "--cache-dir", str(cache), "--book-dir", str(book)] + ([] if compiled else ["--no-compile"])
+           "--cache-dir", str(cache), "--book-dir", str(book)] + (["--compile"] if compiled else [])
     for pair in params:
         cmd += ["-p", *pair.split("=", 1)]
     start = time.perf_counter()

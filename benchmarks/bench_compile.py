@@ -29,6 +29,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
+from memlab import train  # noqa: E402
 from memlab.models.resnet import resnet18  # noqa: E402
 
 KEEP_AT = 1.15  # the issue's bar for the chapter, compile time included
@@ -48,7 +49,7 @@ def _setup(width: int, batch: int, compiled: bool):
     torch.manual_seed(0)
     model = resnet18(width=width)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    net = torch.compile(model) if compiled else model
+    net = train.compile_model(model) if compiled else model
     x, y = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
     return _step_fn(net, opt), x, y
 
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
           f"x{chapter_ratio:.2f} -> {'keep' if keep else 'not kept'} (bar x{KEEP_AT}); "
           f"loss difference after 3 steps {diff:.2g}")
     record("compile", {"loop": "chapter 1 ResNet-18 training step (also chapter 2's)",
+                       "inductor_options": dict(train.COMPILE_OPTIONS),
                        "width": args.width, "batch": args.batch, "threads": args.threads,
                        "steps": args.steps, "repeats": args.repeats,
                        "eager_ms_per_step": round(best[False] * 1e3, 2),

@@ -31,7 +31,7 @@ def _train(monkeypatch, mode: str, min_steps: int = 1) -> tuple[nn.Module, list[
     return model, losses
 
 
-@pytest.mark.parametrize("text, expected", [("", True), ("1", True), ("on", True), ("0", False), ("off", False)])
+@pytest.mark.parametrize("text, expected", [("", False), ("1", True), ("on", True), ("0", False), ("off", False)])
 def test_switch_values(monkeypatch, text, expected):
     monkeypatch.setenv(COMPILE_ENV, text)
     assert compile_enabled() is expected
@@ -52,6 +52,31 @@ def test_short_loops_stay_eager(monkeypatch):
     before = train.long_loops()
     _train(monkeypatch, "1", min_steps=10_000)
     assert not seen and train.loop_mode(before) is None
+
+
+def test_compile_keeps_the_nchw_layout(monkeypatch):
+    # inductor's channels-last layout would meet oneDNN's AVX2 heap corruption
+    # (benchmarks/repro_onednn_channels_last.py)
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw) or m)
+    monkeypatch.setattr(train, "_compile_failed", [])
+    _train(monkeypatch, "1")
+    assert seen == [{"dynamic": False, "options": {"layout_optimization": False}}]
+
+
+def test_groupnorm_models_train_eagerly(monkeypatch):
+    # a compiled GroupNorm ResNet step crashed (segfault) on CI's AVX2 leg; they are not compiled
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
+    monkeypatch.setenv(COMPILE_ENV, "1")
+    monkeypatch.setattr(train, "COMPILE_MIN_STEPS", 1)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+    before = train.long_loops()
+    x, y = _data()
+    train.train_classifier(model, x, y, epochs=2, batch_size=8, augment=False)
+    assert not seen and train.loop_mode(before) == "eager"
 
 
 def test_switched_off_long_loop_counts_as_eager(monkeypatch):

@@ -266,6 +266,18 @@ def test_the_claims_table_shows_the_regime_and_the_gap_in_words():
     assert "claim-regime" not in paper.claims_table([old])._repr_html_()
 
 
+def test_findings_say_each_failed_requirement_once_with_the_claims_it_keeps_outside():
+    def row(key, gap):
+        return {"key": key, "claim": key, "source": "s", "verdict": paper.OUTSIDE_REGIME, "evidence": gap,
+                "regime": {"name": key, "text": "t", "holds": False}}
+    acc, steps = "accuracy 60%, the paper's regime needs at least 90% (30 points below)", "steps 1, needs 5"
+    rows = [row("a", acc), row("b", f"{acc}; {steps}"), row("c", steps),
+            {"key": "d", "claim": "d", "source": "s", "verdict": paper.REPRODUCED, "evidence": "e"}]
+    assert pagekit.failed_requirements(rows) == [(acc, 2), (steps, 2)]
+    md = pagekit.findings_markdown(rows, ["d"])
+    assert md.count("30 points below") == 1 and "- Accuracy 60%" in md and "keeps 2 claims outside." in md
+
+
 def test_the_findings_and_the_closing_summary_say_how_many_claims_are_outside_with_the_gap():
     rows = list(_run(acc=65.6).values())
     md = pagekit.findings_markdown(rows, ["gap", "skew"], "One seed.")
@@ -276,16 +288,16 @@ def test_the_findings_and_the_closing_summary_say_how_many_claims_are_outside_wi
     assert ("- \u2298 **Outside the paper's regime.** The gap is above 1. *Ours:* outside the regime named "
             "below.") in md
     assert md.count("24.4 points below") == 1
-    assert ("**Outside the paper's regime.**\n\n- 2 claims gated on *The Original knows the forget class as the "
-            "paper's does (forget-class accuracy at least 90 %)*: ours Original forget-class accuracy 65.6%, "
-            "the paper's regime needs at least 90% (24.4 points below).") in md
+    assert ("**Outside the paper's regime**, because of what our run measured:\n\n- Original forget-class "
+            "accuracy 65.6%, the paper's regime needs at least 90% (24.4 points below): keeps 2 claims "
+            "outside.") in md
     assert summary.startswith("**What held.** Members skew right.\n\n**What did not.** A claim without a gate."
                               "\n\n**Outside the paper's regime.** "
                               "The gap is above 1; The trend is inside its noise. The paper's regime, against "
                               "ours: *The Original knows")
     assert "(24.4 points below)." in summary
     inside = pagekit.findings_markdown(list(_run(acc=95).values()), ["gap"])
-    assert "**Outside the paper's regime.**" not in inside and "0 outside the paper's regime" in inside
+    assert "**Outside the paper's regime**" not in inside and "0 outside the paper's regime" in inside
 
 
 def test_the_regimes_table_gives_each_gate_in_words(tmp_path, monkeypatch):

@@ -2,12 +2,15 @@
 
 ``render`` never executes a notebook: it stages a copy of ``book/`` (the scorecard
 written into the copy, the parameters cells collapsed, the repository and MathJax
-settings applied), builds it with warnings as errors, and replaces ``_build/html``
-only after a clean build. ``memlab render`` calls it.
+settings applied, the sweep figures redrawn from their summaries), builds it with warnings
+as errors, sizes its figures for the column (:func:`size_figures`), turns its tables of prose
+into cards (:func:`wrap_prose_tables`), and replaces ``_build/html`` only after a clean build.
+``memlab render`` calls it.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,6 +173,123 @@ def dedupe_inline_scripts(page: Path) -> bool:
     return True
 
 
+def redraw_sweep_figures(book: Path) -> list[Path]:
+    """Redraw each published sweep figure (``robustness/<name>.png``) from its summary beside it.
+
+    The figure is a pure function of the published ``<name>.json`` (:func:`memlab.sweep.summary_figure`),
+    so a staged copy of the book shows it in the current figure style (sized for the column, its text
+    size recorded for :func:`size_figures`) without re-running the sweep. Returns the redrawn files.
+    """
+    import json
+
+    from memlab import sweep
+
+    redrawn = []
+    for png in sorted((Path(book) / "robustness").glob("*.png")):
+        try:
+            summary = json.loads(png.with_suffix(".json").read_text())
+        except (OSError, ValueError):
+            continue  # no readable summary: the published figure is shown as it is
+        sweep.summary_figure(summary, png)
+        redrawn.append(png)
+    return redrawn
+
+
+_IMG = re.compile(r"<img\b[^>]*>")
+_ATTR = re.compile(r'\s([a-zA-Z-]+)="([^"]*)"')
+FIGURE_CUE = "\u27f7 Scroll sideways to see the whole figure"
+
+
+def size_figures(page: Path) -> bool:
+    """Give every figure of an HTML page the width its text needs (``memlab.plotting``).
+
+    Each ``<img>`` of a PNG that :class:`memlab.plotting.BookFigure` saved (it carries the size of
+    its smallest text) is shown at its physical size, no wider than the column, and never narrower
+    than the width at which that text is :data:`memlab.plotting.MIN_DISPLAY_PX` px: on a phone a
+    wide figure keeps that width inside a box that scrolls sideways, with a cue under it that
+    shows only while the figure is wider than the box (``book/_static/memlab.css``). The image
+    gets ``data-memlab-font-pt`` and ``data-memlab-dpi`` (checked by tests/test_book_surfaces.py).
+    Other images are left alone. Returns whether the page changed.
+    """
+    from html import escape
+
+    from memlab import plotting
+
+    text = page.read_text(encoding="utf-8")
+
+    def sized(m: re.Match) -> str:
+        tag = m.group(0)
+        attrs = dict(_ATTR.findall(tag))
+        src = attrs.get("src", "")
+        if "data-memlab-font-pt" in attrs or not src.lower().endswith(".png") or "://" in src:
+            return tag
+        png = (page.parent / src).resolve()
+        try:
+            info = plotting.png_text_info(png)
+        except (OSError, ValueError):
+            return tag
+        if "font_pt" not in info or not info.get("width"):
+            return tag  # not saved by BookFigure (e.g. a page published before it existed)
+        dpi = info.get("dpi", plotting.DPI)
+        width = plotting.true_width_css(info["width"], dpi)
+        least = plotting.legible_width_css(info["width"], dpi, info["font_pt"])
+        attrs.pop("style", None)  # e.g. Sphinx's "width: 100%": the figure's own width is set below
+        attrs["class"] = " ".join(filter(None, [attrs.get("class", ""), "memlab-fig-img"]))
+        attrs["data-memlab-font-pt"] = f"{info['font_pt']:g}"
+        attrs["data-memlab-dpi"] = f"{dpi:g}"
+        img = "<img " + " ".join(f'{k}="{v}"' for k, v in attrs.items()) + " />"
+        return (f'<span class="memlab-fig" style="--memlab-fig-w: {width:.0f}px; --memlab-fig-min: {least}px">'
+                f'<span class="memlab-fig-scroll">{img}</span>'
+                f'<span class="memlab-fig-cue" aria-hidden="true"><span>{escape(FIGURE_CUE)}</span></span></span>')
+
+    new = _IMG.sub(sized, text)
+    if new == text:
+        return False
+    page.write_text(new, encoding="utf-8")
+    return True
+
+
+_DATAFRAME_TABLE = re.compile(r'<table class="dataframe memlab-table">.*?</table>', re.DOTALL)
+PROSE_CELL_CHARS = 60  # a DataFrame with a cell this long is prose: wrapped, and cards on a phone
+
+
+def wrap_prose_tables(page: Path) -> bool:
+    """Show the DataFrame tables of prose on an HTML page as cards, one per row, text wrapped.
+
+    ``memlab.tables.to_html`` keeps every cell on one line (``white-space: nowrap``), right for
+    numbers; a table with a cell of :data:`PROSE_CELL_CHARS` characters or more (a chapter's regime
+    gates, say) would be thousands of px wide. Such a table gets the class ``memlab-prose``
+    (``book/_static/memlab.css``: one card per row at every width, its row label on top, each
+    cell under its column's name) and each body cell a ``data-label``, its column's header.
+    Returns whether the page changed.
+    """
+    from bs4 import BeautifulSoup
+
+    text = page.read_text(encoding="utf-8")
+
+    def prose(m: re.Match) -> str:
+        table = BeautifulSoup(m.group(0), "html.parser").table
+        longest = max((len(c.get_text(" ", strip=True)) for c in table.find_all(["td", "th"])), default=0)
+        if longest < PROSE_CELL_CHARS:
+            return m.group(0)
+        table["class"] = table.get("class", []) + ["memlab-prose"]
+        head = table.thead.find("tr") if table.thead else None
+        labels = [c.get_text(" ", strip=True) for c in head.find_all("th")] if head else []
+        for row in (table.tbody or table).find_all("tr", recursive=False):
+            cells = row.find_all(["th", "td"], recursive=False)
+            if len(cells) == len(labels):
+                for label, cell in zip(labels, cells):
+                    if cell.name == "td" and label:
+                        cell["data-label"] = label
+        return str(table)
+
+    new = _DATAFRAME_TABLE.sub(prose, text)
+    if new == text:
+        return False
+    page.write_text(new, encoding="utf-8")
+    return True
+
+
 REPO_URL_ENV = "MEMLAB_REPO_URL"
 MATHJAX_DIR = Path(".cache") / "mathjax" / "node_modules" / "mathjax" / "es5"
 # What the book needs of the mathjax npm package (about 3 MB of its 24): the combined TeX ->
@@ -259,6 +379,32 @@ def hide_parameter_cells(notebook: Path) -> bool:
     return changed
 
 
+KEEP_INPUT_TAGS = ("hide-input", "remove-input", "remove-cell", "show-input")
+
+
+def collapse_code_cells(notebook: Path) -> bool:
+    """Collapse every code cell's source behind a "Show code" toggle (``hide-input``) in an executed notebook.
+
+    The reader meets the story, tables and figures first; the code is one click away. A cell
+    tagged ``show-input`` stays open, and removed cells stay removed. Applied by :func:`render`
+    to its staging copy. Returns whether the notebook changed.
+    """
+    import json
+
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    changed = False
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+        if not any(t in tags for t in KEEP_INPUT_TAGS):
+            tags.append("hide-input")
+            changed = True
+    if changed:
+        _write_notebook(notebook, nb)
+    return changed
+
+
 def _write_notebook(notebook: Path, nb: dict) -> None:
     """Write a notebook's JSON as the book's staged pages are written (indented, UTF-8)."""
     import json
@@ -320,8 +466,10 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
         write_scorecard(root / "book", dest=stage / "book")
         write_cost_page(root / "book", dest=stage / "book")
         robustness.write_page(root / "book", dest=stage / "book")
+        redraw_sweep_figures(stage / "book")
         for nb in (stage / "book" / "chapters").glob("*.ipynb"):
             hide_parameter_cells(nb)
+            collapse_code_cells(nb)
             add_gpu_section(nb, root / "book" / "gpu")
             add_chapter_sections(nb, root / "book")
         conf["exclude_patterns"] = list(conf.get("exclude_patterns", [])) + ["book/gpu/**", "book/real/**"]
@@ -342,6 +490,8 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             raise BuildError("the book did not build cleanly (warnings are errors); see the messages above")
         for page in (stage / "_build" / "html").rglob("*.html"):
             dedupe_inline_scripts(page)
+            size_figures(page)
+            wrap_prose_tables(page)
         html = out / "html"
         if html.exists():
             shutil.rmtree(html)

@@ -29,10 +29,24 @@ COMPILE_MIN_STEPS = 1000
 _compile_failed: list[str] = []  # the error of a failed compile: this process trains eagerly from then on
 
 
-def wants_compile(steps: int) -> bool:
+def wants_compile(steps: int, model: nn.Module | None = None) -> bool:
     """Whether a training loop of ``steps`` optimiser steps is compiled (``MEMLAB_COMPILE`` allows it,
-    it is long enough, and no compile has failed in this process)."""
+    it is long enough, ``model`` has no GroupNorm, and no compile has failed in this process)."""
+    if model is not None and any(isinstance(m, nn.GroupNorm) for m in model.modules()):
+        return False
     return compile_enabled() and steps >= COMPILE_MIN_STEPS and not _compile_failed
+
+
+# Inductor's layout optimisation would store the convolutions' weights and activations
+# channels-last; oneDNN's AVX2 convolution backward corrupts the heap on channels-last tensors
+# with few channels (benchmarks/repro_onednn_channels_last.py), which crashed chapter 1's small
+# GroupNorm ResNets. The compiled step keeps the model's NCHW layout, as the eager one does.
+COMPILE_OPTIONS = {"layout_optimization": False}
+
+
+def compile_model(model: nn.Module) -> nn.Module:
+    """``model`` through ``torch.compile`` (inductor, static shapes, NCHW layout kept); shares its parameters."""
+    return torch.compile(model, dynamic=False, options=COMPILE_OPTIONS)
 
 
 def compiled_steps() -> bool:
@@ -121,7 +135,7 @@ def train_classifier(
     bar = progress(total=epochs * len(bounds), desc=desc)
     # The compiled module shares the model's parameters; batches of another size (the merged
     # trailing one) run eagerly, so the loop compiles one graph, not one per batch size.
-    net = torch.compile(model, dynamic=False) if wants_compile(epochs * len(bounds)) else model
+    net = compile_model(model) if wants_compile(epochs * len(bounds), model) else model
     first = net is not model
     if epochs * len(bounds) >= COMPILE_MIN_STEPS:
         LONG_LOOPS["compiled" if first else "eager"] += 1
@@ -148,7 +162,7 @@ def train_classifier(
                 from memlab import notices
 
                 notices.warn(f"torch.compile failed ({_compile_failed[0]}); training eagerly "
-                             f"(MEMLAB_COMPILE=0 skips compiling)")
+                             f"(leave MEMLAB_COMPILE unset to skip compiling)")
                 net = step_net = model
                 LONG_LOOPS["compiled"] -= 1
                 LONG_LOOPS["eager"] += 1

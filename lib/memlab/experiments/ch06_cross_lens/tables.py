@@ -28,12 +28,63 @@ def short_titles() -> dict[str, str]:
     return dict(out)
 
 
-def hypotheses_table() -> pd.DataFrame:
+class HypothesesTable:
+    """The pre-registered hypotheses as readers see them: one row each, the full text wrapped.
+
+    In a notebook it renders as an HTML table (``table.memlab-cards``, styled by
+    ``book/_static/memlab.css``) whose rows become cards on a narrow screen, each line labelled.
+    ``.frame`` is the same content as a DataFrame (index "#" from 1; columns :attr:`COLUMNS`);
+    ``index``, ``columns`` and ``[column]`` are the frame's.
+    """
+
+    COLUMNS = ["short title", "question", "hypothesis", "predicted", "direction"]
+
+    def __init__(self, frame: pd.DataFrame):
+        self.frame = frame
+
+    @property
+    def index(self) -> pd.Index:
+        return self.frame.index
+
+    @property
+    def columns(self) -> pd.Index:
+        return self.frame.columns
+
+    def __getitem__(self, key):
+        return self.frame[key]
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{n}. {r['short title']} (question {r['question']}, predicted {r['predicted']}): "
+                         f"{r['hypothesis']}; direction: {r['direction']}" for n, r in self.frame.iterrows())
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        def cell(cls: str, label: str, body: str) -> str:
+            return f'<td class="{cls}" data-label="{label}">{body}</td>'
+
+        rows = []
+        for n, r in self.frame.iterrows():
+            rows.append(
+                "<tr>" + cell("card-title", "Hypothesis", f'<strong>{n}. {escape(str(r["short title"]))}</strong>'
+                       f'<span class="card-text">{escape(str(r["hypothesis"]))}</span>')
+                + cell("card-short", "Question", escape(str(r["question"])))
+                + cell("card-short", "Predicted", escape(str(r["predicted"])))
+                + cell("card-direction", "Direction", escape(str(r["direction"]))) + "</tr>")
+        head = "".join(f"<th>{h}</th>" for h in ("Hypothesis", "Question", "Predicted", "Direction"))
+        return (f'<div class="memlab-cards-wrap"><table class="memlab-cards memlab-hypotheses">'
+                f'<thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def hypotheses_table() -> HypothesesTable:
     """The pre-registered hypotheses, one row each (numbered): short title, question, hypothesis, predicted, direction."""
     hyp = pd.DataFrame.from_dict(hypotheses(), orient="index").rename(columns={"text": "hypothesis"})
     hyp.insert(0, "short title", [short_titles()[k] for k in hyp.index])
     hyp.index = pd.RangeIndex(1, len(hyp) + 1, name="#")
-    return hyp[["short title", "question", "hypothesis", "predicted", "direction"]]
+    return HypothesesTable(hyp[HypothesesTable.COLUMNS])
 
 
 def preregistration() -> dict:
