@@ -360,11 +360,8 @@ def test_committed_cpu_book_as_readers_see_it(tmp_path):
         shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "book", root / "book", ignore=shutil.ignore_patterns(".staging-*"))
     book.render(root=root, out=root / "_build")
-    # The committed pages were executed before the findings box and memlab.plotting.BookFigure
-    # existed: the republication of every chapter (the pooled-verdicts issue) brings both; until
-    # then neither is required here (the smoke book, built from the current code, checks both).
     problems = check_book_surfaces(root / "_build" / "html", root / "book", chapters,
-                                   artifacts_dir("cpu-book"), reader_first=False, figures_sized=False)
+                                   artifacts_dir("cpu-book"))
     assert not problems, "\n".join(problems)
 
 

@@ -132,3 +132,15 @@ def test_the_cost_page_shows_the_last_cold_and_warm_run_of_every_chapter(tmp_pat
     assert summary.startswith("Measured cold (empty model cache) at `cpu`: the chapters took 5.3 minutes wall "
                               "and 10 CPU-minutes in all (1 of 2 chapters recorded), at 2 thread(s)")
     assert "No cold run" in costs.summary_markdown([], {"a": "Chapter A"})
+
+
+def test_the_book_total_counts_each_shared_model_once():
+    """A later chapter's cold run trains again what an earlier one trained (chapter 6 reads 1 and 3)."""
+    first = {"chapter": "a", "wall_s": 600.0, "cpu_s": 1000.0,
+             "keys": {"m1": {"trained": True, "train_wall_s": 200.0, "train_cpu_s": 380.0}}}
+    later = {"chapter": "b", "wall_s": 300.0, "cpu_s": 500.0,
+             "keys": {"m1": {"trained": True, "train_wall_s": 210.0, "train_cpu_s": 400.0},
+                      "m2": {"trained": True, "train_wall_s": 50.0, "train_cpu_s": 90.0}}}
+    assert costs.book_cold_s([first, later]) == (600.0 + 300.0 - 210.0, 1000.0 + 500.0 - 400.0)
+    assert costs.book_cold_s([later, first]) == (300.0 + 600.0 - 200.0, 500.0 + 1000.0 - 380.0)
+    assert costs.book_cold_s([first]) == (600.0, 1000.0)

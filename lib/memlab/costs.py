@@ -297,6 +297,25 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def book_cold_s(cold: list[dict]) -> tuple[float, float]:
+    """Wall and CPU seconds of a cold book run, from the chapters' own cold runs (in book order).
+
+    A chapter's cold run also trains the models it shares with earlier chapters (chapter 6 reads
+    chapters 1 and 3's); a book run from an empty cache trains each once, so a model already
+    trained by an earlier chapter's run counts with that run only (its recorded training time is
+    taken off the later run's wall and CPU seconds).
+    """
+    seen: set[str] = set()
+    wall = cpu = 0.0
+    for r in cold:
+        keys = r.get("keys") or {}
+        again = [v for k, v in keys.items() if v.get("trained") and k in seen]
+        wall += r["wall_s"] - sum(v.get("train_wall_s", 0.0) for v in again)
+        cpu += r["cpu_s"] - sum(v.get("train_cpu_s", 0.0) for v in again)
+        seen |= {k for k, v in keys.items() if v.get("trained")}
+    return wall, cpu
+
+
 def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
     """One paragraph for the front page: the whole book's measured cold cost, or that none is recorded."""
     cold = [_latest(runs, cid, profile, ("cold",)) for cid in chapters]
@@ -304,12 +323,15 @@ def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = 
     if not have:
         return (f"No cold run of the chapters at `{profile}` has been recorded in this book yet; "
                 "[What a run costs](cost.md) fills in as runs record themselves.")
-    wall = sum(r["wall_s"] for r in have)
-    cpu = sum(r["cpu_s"] for r in have)
+    wall, cpu = book_cold_s(have)
+    shared = sum(r["wall_s"] for r in have) - wall
     longest = max(have, key=lambda r: r["wall_s"])
     threads = sorted({r["threads"] for r in have})
     part = "" if len(have) == len(chapters) else f" ({len(have)} of {len(chapters)} chapters recorded)"
+    again = (f" (each model trained once: the chapters' own cold runs add up to {_minutes(wall + shared)} "
+             f"minutes, as a later chapter's run trains again the models it reads from an earlier one)"
+             if shared >= 30 else "")
     return (f"Measured cold (empty model cache) at `{profile}`: the chapters took {_minutes(wall)} minutes wall "
-            f"and {_minutes(cpu)} CPU-minutes in all{part}, at {'/'.join(map(str, threads))} thread(s); the "
-            f"longest, {chapters[longest['chapter']]}, {_minutes(longest['wall_s'])} minutes. Per chapter, "
+            f"and {_minutes(cpu)} CPU-minutes in all{part}{again}, at {'/'.join(map(str, threads))} thread(s); "
+            f"the longest, {chapters[longest['chapter']]}, {_minutes(longest['wall_s'])} minutes. Per chapter, "
             "warm runs and the machine: [What a run costs](cost.md).")

@@ -194,6 +194,11 @@ class Run:
         self.metrics: dict[str, Any] = {}
         self.started = time.perf_counter()
         self.cpu_started = time.process_time()  # this process's CPU time: the cost whatever the load
+        # the threads the run was started with (--threads): a stage may use fewer for a while (chapter
+        # 3's decoding), which must not make the record, and the estimates read from it, say fewer
+        import torch
+
+        self.threads = torch.get_num_threads()
         # read once, so the page's provenance box and its results file name the same commit
         self.commit = git_commit()
 
@@ -202,11 +207,9 @@ class Run:
 
     def cost(self) -> dict[str, Any]:
         """This run's cost so far (:func:`memlab.costs.run_cost`): CPU, wall, threads, memory, models."""
-        import torch
-
         from memlab import costs
 
-        return costs.run_cost(time.process_time() - self.cpu_started, self.elapsed(), torch.get_num_threads())
+        return costs.run_cost(time.process_time() - self.cpu_started, self.elapsed(), self.threads)
 
     def record(self, **metrics: Any) -> None:
         """Add metrics (JSON-able after :func:`to_jsonable`)."""

@@ -52,8 +52,8 @@ def _sde_control(m):
 def _require_control(m) -> None:
     margin, o, r, _ = _control(m)
     if margin <= 0:
-        raise paper.NotJudged(f"precondition sde_control failed: OTR Retrain {100 * r:.0f}% vs Original "
-                              f"{100 * o:.0f}% (needs a gap of {CONTROL_PP:g} pp)")
+        raise paper.NotJudged(f"precondition failed: SDE does not tell the Original from Retrain (out-of-training "
+                              f"rate Retrain {100 * r:.0f}% vs Original {100 * o:.0f}%; needs a gap of {CONTROL_PP:g} pp)")
 
 
 def _illusion(m) -> list[str]:
@@ -123,7 +123,8 @@ def _k0_bits(m):
 
 def _require_k0(m) -> None:
     if _k0_share(m) < 0.9:
-        raise paper.NotJudged(f"precondition k0_bits failed: only {100 * _k0_share(m):.0f}% of authors hold bits at K=0")
+        raise paper.NotJudged(f"precondition failed: only {100 * _k0_share(m):.0f}% of authors hold canary bits "
+                              "before unlearning (K=0; needs 90%)")
 
 
 def _bits_share(m, run: dict, n_boot: int, seed: int) -> dict:
