@@ -106,3 +106,43 @@ def test_every_chapter_names_headline_claims_that_it_judges():
 def test_md_escape_leaves_plain_text_alone():
     assert pagekit.md_escape("Pearson r = 0.998, p < 0.05") == "Pearson r = 0.998, p \\< 0.05"
     assert pagekit.md_escape("plain words 1-2") == "plain words 1-2"
+
+
+def _k(key, verdict, evidence="", kind=paper.CLAIM):
+    return {"key": key, "claim": f"The full text of {key}.", "verdict": verdict, "kind": kind, "evidence": evidence}
+
+
+def test_what_holds_says_each_verdict_once_in_words_with_the_gaps_that_keep_claims_out():
+    verdicts = [_k("a_held", paper.REPRODUCED), _k("b_failed", paper.NOT_REPRODUCED),
+                _k("c_out", paper.OUTSIDE_REGIME, "accuracy 60%, needs 90%; epochs 5, needs 50"),
+                _k("d_out", paper.OUTSIDE_REGIME, "accuracy 60%, needs 90%"),
+                _k("e_noise", paper.NOT_JUDGED), _k("f_sanity", paper.REPRODUCED, kind=paper.SANITY)]
+    short = {"a_held": "A holds", "b_failed": "B fails", "c_out": "C", "d_out": "D"}
+    text = pagekit.what_holds_markdown("1. Paper", "chapters/x.ipynb", verdicts, short, "single-seed verdicts")
+    assert text.startswith("**[1. Paper](chapters/x.ipynb)** (single-seed verdicts). Held: A holds. ")
+    assert "Did not hold, in the paper's regime: B fails." in text
+    # the gap keeping both claims out comes first, each gap once
+    assert ("2 claims (C; D) lie outside the paper's regime, so our run cannot test them: "
+            "accuracy 60%, needs 90%; epochs 5, needs 50.") in text
+    assert "(inside the noise, or a precondition failed): The full text of e\\_noise" in text  # no short title
+    assert "f_sanity" not in text and "f\\_sanity" not in text  # sanity checks test our code, not the paper
+    assert "a_held" not in text and "b_failed" not in text
+    hyp = pagekit.what_holds_markdown("6. Lenses", "l.ipynb", verdicts[:2], short, hypotheses=True)
+    assert hyp == "**[6. Lenses](l.ipynb)**. Held: A holds. Did not hold: B fails."
+
+
+def test_every_claim_of_a_paper_chapter_has_a_short_title():
+    from memlab.chapters import CHAPTERS
+
+    for cid in CHAPTERS:
+        keys = {c.key for c in __import__(CHAPTERS[cid].module, fromlist=["claims"]).claims()}
+        short = paper.short_titles(cid)
+        assert set(short) == keys, (cid, sorted(set(short) ^ keys))
+        assert all("_" not in t for t in short.values()), cid  # words, not keys
+
+
+def test_what_holds_names_at_most_three_claims_outside_the_regime():
+    out = [_k(f"o{i}", paper.OUTSIDE_REGIME, "accuracy 60%, needs 90%") for i in range(5)]
+    text = pagekit.what_holds_markdown("1. P", "x.ipynb", out, {f"o{i}": f"claim {i}" for i in range(5)})
+    assert "5 claims (among them claim 0; claim 1; claim 2) lie outside the paper's regime" in text
+    assert "claim 3" not in text

@@ -237,6 +237,12 @@ def test_counts_and_the_scorecard_count_outside_the_regime_apart(tmp_path, monke
             "Not judged within noise | Not run at this profile | Sanity checks passed |") in summary
     assert "| A paper chapter | `cpu` | 1 | 1 | 2 | 0 | 1 | 1 of 1 |" in summary
     assert "| Old results | `cpu` | 0 | 1 | 0 | 0 | 0 | – |" in summary
+    # the same verdicts in words, on the front page and atop the scorecard
+    holds = (tmp_path / "_what_holds.md").read_text()
+    assert holds.startswith("**[1. A paper chapter](chapters/01_p.ipynb)** (profile cpu, single-seed verdicts).")
+    assert "2 claims (" in holds and "lie outside the paper's regime" in holds
+    assert "**[2. Old results](chapters/02_q.ipynb)** (profile cpu, single-seed verdicts). Did not hold" in holds
+    assert holds in (tmp_path / "scorecard.md").read_text()
     pooled = old + [{"claim": "d", "source": "s", "verdict": paper.SEED_DEPENDENT, "evidence": ""}]
     (tmp_path / "results" / "02_q.json").write_text(json.dumps({"profile": "cpu", "claims": pooled}))
     book.write_scorecard(tmp_path)

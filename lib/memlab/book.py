@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from memlab import paper, publish, robustness
+from memlab import pagekit, paper, publish, robustness
 from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError, repo_root
 
@@ -35,8 +35,14 @@ SCORECARD_HEADS = {paper.REPRODUCED: "Reproduced", paper.NOT_REPRODUCED: "Not re
                    paper.NOT_RUN: "Not run at this profile"}
 
 
+def _short_titles(chapter: str) -> dict[str, str]:
+    """The chapter's claims' short titles; none for a chapter without a paper file (its full texts show)."""
+    return paper.short_titles(chapter) if (paper.papers_dir() / f"{chapter}.yaml").exists() else {}
+
+
 def write_scorecard(book: Path, dest: Path | None = None) -> Path:
-    """``scorecard.md`` (every claim) and ``_scorecard_summary.md`` (counts, on the front page).
+    """``scorecard.md`` (what holds in words, then every claim), ``_scorecard_summary.md`` (counts) and
+    ``_what_holds.md`` (the words: :func:`memlab.pagekit.what_holds_markdown`), both on the front page.
 
     Reads ``book/results``; writes into ``dest`` (default ``book``), so that :func:`render`
     can write into its staging copy and leave ``book/`` as it was when a build fails.
@@ -62,16 +68,20 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     # A chapter of the book's own pre-registered hypotheses (chapters.Chapter.hypotheses) tests
     # no paper, so its verdicts are tallied in a table of their own.
     summary, hypotheses = list(header), []
-    details = []
-    for cid, ch in CHAPTERS.items():
+    details, holds = [], []
+    for number, (cid, ch) in enumerate(CHAPTERS.items(), 1):
         rows = hypotheses if ch.hypotheses else summary
         res = published[cid]
         if res is None:
             rows.append(f"| {ch.title} | not run yet | " + " | ".join("–" for _ in shown) + " | – |")
+            holds.append(f"**{number}. {ch.title}**: not run yet.")
             continue
         pooled = pooled_of[cid]
         verdicts = pooled[0] if pooled else res.get("claims", [])
         basis = f"verdicts pooled over {pooled[1]} seeds" if pooled else "single-seed verdicts"
+        holds.append(pagekit.what_holds_markdown(
+            f"{number}. {ch.title}" + (" (book hypotheses)" if ch.hypotheses else ""), f"chapters/{cid}.ipynb",
+            verdicts, _short_titles(cid), f"profile {res['profile']}, {basis}", hypotheses=ch.hypotheses))
         counts = tally(verdicts, CLAIM)
         sanity = tally(verdicts, SANITY)
         n_sanity = sum(sanity.values())
@@ -93,8 +103,15 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     if hypotheses:
         summary += ["", "**Book hypotheses** (pre-registered by this book, not claims of a paper):", "",
                     *header, *hypotheses]
+    what_holds = "\n\n".join(holds)
     intro = [
         "# Scorecard",
+        "",
+        "## What holds, paper by paper",
+        "",
+        what_holds,
+        "",
+        "## Every claim",
         "",
         "Every claim the chapters test, with its verdict at the profile that produced the published page. "
         "Verdicts come from each chapter's `book/results/<chapter>.json`; a claim marked "
@@ -116,6 +133,7 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     ]
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "_scorecard_summary.md").write_text("\n".join(summary) + "\n")
+    (dest / "_what_holds.md").write_text(what_holds + "\n")
     path = dest / "scorecard.md"
     path.write_text("\n".join(intro + summary + details) + "\n")
     return path
@@ -497,7 +515,7 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             shutil.rmtree(html)
         out.mkdir(parents=True, exist_ok=True)
         shutil.copytree(stage / "_build" / "html", html)
-        for name in ("scorecard.md", "_scorecard_summary.md", "robustness.md", "cost.md", "_cost_summary.md"):  # the built scorecard, also for repo readers
+        for name in ("scorecard.md", "_scorecard_summary.md", "_what_holds.md", "robustness.md", "cost.md", "_cost_summary.md"):  # the built scorecard, also for repo readers
             shutil.copy(stage / "book" / name, root / "book" / name)
     index = html / "index.html"
     print(f"book: {index}" + ("" if url else f" (no repository buttons: set {REPO_URL_ENV} to show them)"))

@@ -176,6 +176,54 @@ def failed_requirements(verdicts: Sequence[dict]) -> list[tuple[str, int]]:
     return list(counts_by.items())
 
 
+#: How the two-minute summary (:func:`what_holds_markdown`) opens each verdict's sentence.
+HOLDS_HEADS = {
+    paper.REPRODUCED: "Held",
+    paper.NOT_REPRODUCED: "Did not hold, in the paper's regime",
+    paper.SEED_DEPENDENT: "Held on some seeds and not on others",
+    paper.NOT_JUDGED: "Could not be decided (inside the noise, or a precondition failed)",
+    paper.NOT_RUN: "Not run at this profile",
+}
+
+
+def what_holds_markdown(title: str, link: str, verdicts: Sequence[dict], short: dict[str, str],
+                        basis: str = "", hypotheses: bool = False) -> str:
+    """One paper in a few sentences of words: what held, what did not, what lay outside its regime and why.
+
+    ``title`` and ``link`` head the paragraph, ``basis`` (e.g. "single-seed verdicts") follows
+    them in parentheses; ``short`` (claim key -> short title,
+    :func:`memlab.paper.short_titles`) names each claim, its full text where it has none. Sanity
+    checks are left out (they test our code, not the paper); empty verdict classes say nothing.
+    The regime sentence gives the gap of each failed gate once, the gap that keeps most claims first.
+    ``hypotheses``: the verdicts judge the book's own hypotheses (no paper, so no paper's regime).
+    """
+    names: dict[str, list[str]] = {}
+    for v in verdicts:
+        if v.get("kind", paper.CLAIM) == paper.CLAIM:
+            names.setdefault(v["verdict"], []).append(short.get(v.get("key", "")) or str(v["claim"]).rstrip("."))
+    parts = [f"**[{md_escape(title)}]({link})**" + (f" ({md_escape(basis)})." if basis else ".")]
+    for verdict in (paper.REPRODUCED, paper.NOT_REPRODUCED, paper.SEED_DEPENDENT):
+        if names.get(verdict):
+            head = "Did not hold" if hypotheses and verdict == paper.NOT_REPRODUCED else HOLDS_HEADS[verdict]
+            parts.append(f"{head}: {md_escape('; '.join(names[verdict]))}.")
+    outside = names.get(paper.OUTSIDE_REGIME, [])
+    if outside:
+        gaps = sorted(failed_requirements(verdicts), key=lambda g: -g[1])
+        more = len(gaps) - 2
+        why = "; ".join(gap for gap, _ in gaps[:2]) + (f"; and {more} more gap{'s' if more != 1 else ''}"
+                                                       if more > 0 else "")
+        n = len(outside)
+        named = "; ".join(outside) if n <= 3 else "among them " + "; ".join(outside[:3])  # a summary, not a list
+        parts.append(f"{n} claim{'s' if n != 1 else ''} ({md_escape(named)}) "
+                     f"{'lie' if n != 1 else 'lies'} outside the paper's regime, so our run cannot test "
+                     f"{'them' if n != 1 else 'it'}: {md_escape(why)}.")
+    undecided = [f"{HOLDS_HEADS[v]}: {md_escape('; '.join(names[v]))}"
+                 for v in (paper.NOT_JUDGED, paper.NOT_RUN) if names.get(v)]
+    if undecided:
+        parts.append(". ".join(undecided) + ".")
+    return " ".join(parts)
+
+
 def judged_what(chapter: str) -> str:
     """What a chapter judges, in words: "the book's hypotheses" (chapter 6) or "the paper's claims"."""
     from memlab.chapters import CHAPTERS

@@ -277,6 +277,18 @@ def reasons(chapter: str) -> dict[str, str]:
     return dict(out)
 
 
+def short_titles(chapter: str) -> dict[str, str]:
+    """Claim key -> its short title (``short:`` in ``data/papers/<chapter>.yaml``), what summaries show.
+
+    A title for a key no claim of the yaml has is caught by the tests; an empty or non-string
+    title raises ValueError naming the file. Claims without a title are absent from the dict.
+    """
+    out = load(chapter).get("short") or {}
+    if not isinstance(out, dict) or not all(isinstance(v, str) and v.strip() for v in out.values()):
+        raise ValueError(f"data/papers/{chapter}.yaml: every entry of 'short' must be a non-empty title")
+    return dict(out)
+
+
 # ----------------------------------------------------------------------------- regime gates
 # A gate is the paper's regime as a measurable precondition over our run (``regimes:`` in the
 # chapter's yaml, issue 29). A claim whose gate fails is "outside the paper's regime": our
