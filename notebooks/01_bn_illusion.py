@@ -627,9 +627,6 @@ if cfg.n_seeds == 1:
 # %% tags=["hide-input"]
 display(pagekit.regimes_table(CH, verdicts))
 
-# %% tags=["remove-input"]
-cost = pagekit.glue_cost(run, ch.COLD_TRAIN_CPU_S)  # the cost line below
-
 # %% [markdown]
 # ## What this means
 #
@@ -641,14 +638,6 @@ cost = pagekit.glue_cost(run, ch.COLD_TRAIN_CPU_S)  # the cost line below
 # {glue:}`01_bn_illusion-n-not-run` were not run; {glue:}`01_bn_illusion-n-sanity` sanity
 # checks (true by construction) are counted apart. The summary below is built from this
 # run's verdicts.
-#
-# Cost: a cold run of this chapter at `cpu` (no cached models) takes about
-# {glue:}`01_bn_illusion-cold-cpu-min` CPU-minutes at one thread: the models' training,
-# measured once (`COLD_TRAIN_CPU_S` in the chapter's `spec.py`), plus
-# {glue:}`01_bn_illusion-run-cpu-min` for this page's own audits, probes and recoveries
-# (this run's CPU time, the whole cost once the models are cached). That is more than the
-# 12 minutes we aim for at one thread; the largest share is the Original and Retrain of
-# the regime above (about 8 CPU-minutes), which the regime needs.
 
 # %% tags=["remove-input"]
 pagekit.closing_summary(

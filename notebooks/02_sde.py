@@ -418,28 +418,11 @@ display(
     )
 )
 
-# %% [markdown]
-# ## Cost of this page
-#
-# The chapter's budget is 12 minutes cold (empty model cache) at `cpu` on two cores. The
-# models' training cost is recorded when they are trained and kept in the cache with
-# them, so a warm run can still state the cold figure: this run's own CPU time plus the
-# recorded training of every model it read from the cache.
-
-# %% tags=["hide-input"]
+# %% tags=["remove-input"]
+# the models' training cost, kept in the results for `memlab compare`; the page's cost section
+# is written from the cost log when the book is rendered
 costs = ch.training_costs(cfg)
-cost = ch.cost_metrics(costs, run.elapsed(), time.process_time() - run.cpu_started)
-run.record(cost=cost)
-minutes = pagekit.glue_cost(run, ch.cached_training_cpu_s(costs))
-display(costs.round(1))
-display(
-    Markdown(
-        f"Cold cost: **{minutes['cold-cpu-min']} CPU-minutes** (one thread, so about"
-        " that many minutes of wall time on an idle machine); this run took"
-        f" {minutes['run-wall-min']} min wall and {minutes['run-cpu-min']} CPU-min with"
-        f" {cost['models_cached']} of {len(costs)} models read from the cache."
-    )
-)
+run.record(cost=ch.cost_metrics(costs, run.elapsed(), time.process_time() - run.cpu_started))
 
 # %% [markdown]
 # ## Claims
@@ -479,7 +462,7 @@ display(pagekit.regimes_table(CH, verdicts))
 # {glue:}`02_sde-n-not-reproduced` did not, {glue:}`02_sde-n-outside-regime` lay outside the
 # paper's regime, {glue:}`02_sde-n-not-judged` could not be
 # judged and {glue:}`02_sde-n-not-run` were not run (the spread identity, a sanity check, is
-# counted apart); the page cost {glue:}`02_sde-cold-cpu-min` CPU-minutes cold.
+# counted apart).
 
 # %% tags=["hide-input"]
 pagekit.closing_summary(

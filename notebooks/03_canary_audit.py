@@ -431,7 +431,56 @@ display(anat_frame.round(2))
 display(ch.bypass_examples(runs0, setup.authors))
 
 # %% [markdown]
-# ## Parser conventions when the closing tag is missing
+# ## Retain utility over K
+#
+# The 60 generic-knowledge probes (capitals, chemical symbols, literature, biology) are never
+# in the forget set. A reply counts as correct when it contains the expected key.
+
+# %%
+fig, ax = plotting.figure("single")
+for s in cfg.seeds:
+    d = frame[frame.seed == s]
+    ax.plot(d.K, d.retain_acc, "o-", label=f"NPO, seed {s}")
+ax.set_xlabel("unlearning steps K")
+ax.set_ylabel("retain accuracy")
+ax.set_ylim(-0.02, 1.02)
+ax.legend()
+_ = plotting.publish(fig, "retain", CH)
+retain = ch.retain_metrics(
+    frame, cfg.seeds[0], K_MAX, bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic
+)
+run.record(**retain)
+r0, rk = retain["retain"]["acc_k0"], retain["retain"]["acc_kmax"]
+names = retain["retain"]["fictional_examples"]
+display(
+    Markdown(
+        f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of"
+        f" {100 * (r0 - rk):.0f} percentage points (paper, Qwen-7B at K=1600:"
+        f" {paper.number(CH, 'retain_drop_pp_k1600')})."
+        + (
+            ""
+            if names
+            else " No generic question was answered with a fictional author's name."
+        )
+    )
+)
+if names:
+    display(pd.DataFrame(names))
+
+# %% [markdown]
+# ```{glue:figure} 03_canary_audit-retain
+# :name: fig-03-retain
+# Generic-knowledge retain accuracy against the number of unlearning steps, NPO, each seed (Gradient
+# Ascent's and the retain-term variant's are in their appendix tables).
+# ```
+
+# %% [markdown]
+# The four sections that follow are appendices: a check of the parser, the paper's Appendix A
+# and D comparisons, and a variant of ours; the claims they bear on are judged with the others
+# below.
+
+# %% [markdown]
+# ## Appendix: parser conventions when the closing tag is missing
 #
 # On the Llama distillate the paper's model often never closes its trace, and the parser must
 # decide where the whole output goes. We score the *same* outputs both ways. At the `smoke` and
@@ -472,7 +521,7 @@ display(
 display(pd.concat(flip_tables, names=["K", "convention"]).round(2))
 
 # %% [markdown]
-# ## Training-time template comparison
+# ## Appendix: training-time templates (paper Appendix A)
 #
 # Separate adapters memorise the same authors under BIO, META and NONE traces and go through
 # the same answer-masked NPO. If the gap were a hidden channel in the weights it should survive
@@ -501,7 +550,7 @@ display(
 display(template_ours.round(2))
 
 # %% [markdown]
-# ## Gradient Ascent
+# ## Appendix: Gradient Ascent (paper Appendix D)
 #
 # Plain gradient ascent on the answer span (no retain term), from the same BIO adapter, on the
 # same coarser grid as the templates.
@@ -527,7 +576,7 @@ if ga is not None:
     display(ga_frame[["out_acc", "thk_leak", "gap", "qa_acc", "retain_acc"]].round(2))
 
 # %% [markdown]
-# ## A variant: NPO with a retain term
+# ## Appendix: NPO with a retain term (our variant)
 #
 # Many NPO implementations add a retain NLL term to the forgetting loss; the paper mentions none,
 # and the audit above runs without it. An earlier version of this chapter added one with weight
@@ -546,7 +595,7 @@ if cfg.variant_retain_weight > 0:
         arms=("auto", "prefill", "qa", "retain"),
     )
     run.record(npo_retain_variant=ch.jsonable_summary(variant["summary"]))
-    vframe, vtable = ch.variant_table(frame, variant["summary"], cfg.seeds[0])
+    _, vtable = ch.variant_table(frame, variant["summary"], cfg.seeds[0])
     display(
         Markdown(
             "**Table 3.8.** NPO with a retain term (weight"
@@ -557,81 +606,6 @@ if cfg.variant_retain_weight > 0:
     display(vtable.round(2))
 
 # %% [markdown]
-# ## Retain utility over K
-#
-# The 60 generic-knowledge probes (capitals, chemical symbols, literature, biology) are never
-# in the forget set. A reply counts as correct when it contains the expected key.
-
-# %%
-fig, ax = plotting.figure("single")
-for s in cfg.seeds:
-    d = frame[frame.seed == s]
-    ax.plot(d.K, d.retain_acc, "o-", label=f"NPO, seed {s}")
-if ga is not None:
-    ax.plot(ga_frame.index, ga_frame.retain_acc, "s--", label="GA")
-if variant is not None:
-    ax.plot(vframe.index, vframe.retain_acc, "^:", label="NPO + retain term")
-ax.set_xlabel("unlearning steps K")
-ax.set_ylabel("retain accuracy")
-ax.set_ylim(-0.02, 1.02)
-ax.legend()
-_ = plotting.publish(fig, "retain", CH)
-retain = ch.retain_metrics(
-    frame, cfg.seeds[0], K_MAX, bio[cfg.seeds[0]]["raw"][K_MAX], setup.generic
-)
-run.record(**retain)
-r0, rk = retain["retain"]["acc_k0"], retain["retain"]["acc_kmax"]
-names = retain["retain"]["fictional_examples"]
-display(
-    Markdown(
-        f"Retain accuracy {r0:.2f} at K=0 and {rk:.2f} at K={K_MAX}: a drop of"
-        f" {100 * (r0 - rk):.0f} percentage points (paper, Qwen-7B at K=1600:"
-        f" {paper.number(CH, 'retain_drop_pp_k1600')})."
-        + (
-            ""
-            if names
-            else " No generic question was answered with a fictional author's name."
-        )
-    )
-)
-if names:
-    display(pd.DataFrame(names))
-
-# %% [markdown]
-# ```{glue:figure} 03_canary_audit-retain
-# :name: fig-03-retain
-# Generic-knowledge retain accuracy against the number of unlearning steps, for NPO (each seed),
-# Gradient Ascent and the NPO variant with a retain term.
-# ```
-#
-# ## Cost of this page
-#
-# The run's own wall and CPU time, and its cold cost: this run's CPU time plus the recorded training
-# time of every LoRA adapter that came from the cache (the base model's pre-training is cached too
-# and is not counted).
-
-# %% tags=["hide-input"]
-cost = pagekit.glue_cost(run, ch.cold_seconds(setup, 0.0))
-display(
-    pd.Series(
-        {
-            **{f"LoRA {k}": v for k, v in setup.train_seconds.items()},
-            "this run (wall)": run.elapsed(),
-            "this run (CPU)": time.process_time() - run.cpu_started,
-        },
-        name="seconds",
-    ).round(0)
-)
-
-# %% [markdown]
-# This run took {glue:}`03_canary_audit-run-wall-min` minutes of wall time and
-# {glue:}`03_canary_audit-run-cpu-min` CPU-minutes of its one thread (on a machine shared with other
-# jobs the wall time is the longer one; on an idle core the two are close). From an empty cache it
-# would take about {glue:}`03_canary_audit-cold-cpu-min` minutes at one thread: this run's CPU time
-# plus the adapters' training times above, which are wall times measured when they were trained,
-# on the same shared CPU (at the 2.5-3.4 steps/s seen on a lightly loaded core, one adapter's 750
-# steps take about 4-5 minutes).
-#
 # ## Claims
 #
 # Each claim of the paper is a predicate over the numbers above. "Not judged" means the run

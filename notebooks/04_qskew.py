@@ -70,7 +70,7 @@ pd.set_option("display.precision", 1)
 # pre-trained for 4000 batches of 32 blocks of 48 tokens (about 20 passes over the split), long
 # enough that it reads context (next section). An "instruct" variant is the base trained further on
 # instruction pairs from the same test split. Both are cached: the pre-training is the chapter's
-# cold cost (given at the end of the chapter).
+# cold cost (given at the end of the chapter, as measured).
 #
 # **Members and non-members** are drawn at random from one pool in every run, so they share one
 # distribution:
@@ -327,62 +327,6 @@ for d, sweep in sweeps.items():
 # ```
 
 # %% [markdown]
-# ## Mismatched reference models (paper Table 4)
-#
-# *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
-# base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
-# golden reference fine-tuned, with the same recipe, on *other* data of the same domain (held-out
-# blocks or pairs) in which 20% of the tokens were replaced at random.
-
-# %%
-t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
-if any(t4.values()):
-    run.record(**ch.table4_metrics(t4))
-    for side in ("base", "instruct"):
-        label, key = ch.TABLE4_SIDES[side]
-        for d, t in t4.items():
-            if not t:
-                continue
-            display(
-                Markdown(
-                    f"**{label}**"
-                    + (f", {DOMAIN_NAMES[d]}" if side == "base" else "")
-                    + f" (paper {paper.source(CH, key)})"
-                )
-            )
-            display(
-                ch.na_cells(
-                    paper.side_by_side(t[side], paper.table(CH, key), ch.METRICS),
-                    n_non,
-                    min_fp,
-                )
-            )
-            if side == "instruct":
-                break
-
-# %% [markdown]
-# ## Ablation (paper Table 5)
-#
-# *w/o cyclic sampling*: the same number of masks, each token masked independently with probability
-# $\rho$. *Mean instead of skewness*: the quantile-weighted mean of $\Delta$. *w/o quantile
-# weighting*: plain $3(\mathrm{mean}-\mathrm{median})/s$.
-
-# %%
-ours_abl = {d: ch.table5(r) for d, r in dft.items()}
-ours_abl = {d: t for d, t in ours_abl.items() if t is not None}
-if ours_abl:
-    run.record(**ch.ablation_metrics(ours_abl))
-    for d, t in ours_abl.items():
-        display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
-        display(
-            ch.na_cells(
-                paper.side_by_side(t, paper.table(CH, "table5"), ch.METRICS),
-                n_non,
-                min_fp,
-            )
-        )
-
-# %% [markdown]
 # ## Token-level asymmetry (paper Figure 1)
 #
 # The method rests on one assumption (the paper's Assumption 3.1): when a token is masked and
@@ -453,6 +397,67 @@ display(
     )
 )
 display(pii["memorisation"].round(2))
+
+# %% [markdown]
+# The two sections that follow are appendices: how the attack fares with a reference model other
+# than the golden one, and which of its parts carry it; the claims they bear on are judged with
+# the others below.
+
+# %% [markdown]
+# ## Appendix: mismatched reference models (paper Table 4)
+#
+# *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
+# base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
+# golden reference fine-tuned, with the same recipe, on *other* data of the same domain (held-out
+# blocks or pairs) in which 20% of the tokens were replaced at random.
+
+# %%
+t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
+if any(t4.values()):
+    run.record(**ch.table4_metrics(t4))
+    for side in ("base", "instruct"):
+        label, key = ch.TABLE4_SIDES[side]
+        for d, t in t4.items():
+            if not t:
+                continue
+            display(
+                Markdown(
+                    f"**{label}**"
+                    + (f", {DOMAIN_NAMES[d]}" if side == "base" else "")
+                    + f" (paper {paper.source(CH, key)})"
+                )
+            )
+            display(
+                ch.na_cells(
+                    paper.side_by_side(t[side], paper.table(CH, key), ch.METRICS),
+                    n_non,
+                    min_fp,
+                )
+            )
+            if side == "instruct":
+                break
+
+# %% [markdown]
+# ## Appendix: ablation (paper Table 5)
+#
+# *w/o cyclic sampling*: the same number of masks, each token masked independently with probability
+# $\rho$. *Mean instead of skewness*: the quantile-weighted mean of $\Delta$. *w/o quantile
+# weighting*: plain $3(\mathrm{mean}-\mathrm{median})/s$.
+
+# %%
+ours_abl = {d: ch.table5(r) for d, r in dft.items()}
+ours_abl = {d: t for d, t in ours_abl.items() if t is not None}
+if ours_abl:
+    run.record(**ch.ablation_metrics(ours_abl))
+    for d, t in ours_abl.items():
+        display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
+        display(
+            ch.na_cells(
+                paper.side_by_side(t, paper.table(CH, "table5"), ch.METRICS),
+                n_non,
+                min_fp,
+            )
+        )
 
 # %% [markdown]
 # ## Claims
@@ -531,16 +536,6 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
 # %% tags=["remove-input"]
 regime = ch.closing_regime(run.metrics, ours_dft, cfg.context_margin)
 pagekit.closing_summary(verdicts, regime, chapter=CH)
-
-# %% [markdown]
-# **Cost.** At `cpu`, pre-training the base (4000 batches) and its instruct variant is the first
-# part of the cold cost: 1535 s of wall time on our shared two-core machine (load average about
-# 16 while it ran), once, cached. The first full run after it, which fine-tuned and cached every
-# other model (1000 PII epochs included), took 3374 s on the same loaded machine; a warm run only
-# scores and took 2244 s there (the load average stayed between 11 and 16). This run's wall time:
-
-# %% tags=["remove-input"]
-display(Markdown(f"{run.elapsed():.0f} s for this run (see the provenance box)."))
 
 # %% [markdown]
 # **Exercises for this chapter:** {ref}`exercises-04-qskew` ({doc}`student notebook <../exercises/04_qskew>`), autograded with otter-grader; instructors see {doc}`../instructor`.

@@ -580,29 +580,14 @@ display(
 # TF-IDF of each training sequence against its unintended memorisation (paper Figure 16).
 # ```
 
-# %% [markdown]
-# ## What this run cost
-#
-# Training is cached (by everything that produced it), so a re-run with the same parameters
-# only reads the cache and re-draws the page. The cold cost is the training time recorded
-# when each cached model was computed (wall time of one thread, on whatever load the machine
-# had then: at least its CPU time) plus this run's own CPU time.
-
-# %%
+# %% tags=["remove-input"]
+# the models' training cost, kept in the results for `memlab compare`; the page's cost section
+# is written from the cost log when the book is rendered
 cold_s = ch.training_cost(
     [sweep, other_sweep, pd.DataFrame([pl]) if pl else pd.DataFrame()],
     [ref["wall_s"], *text["wall_s"], *a1["wall_s"]],
 )
 run.record(**ch.cost_metrics(cold_s, run.elapsed()))
-mins = pagekit.glue_cost(run, cold_s)  # glues run-wall-min, run-cpu-min, cold-cpu-min
-display(
-    Markdown(
-        f"Training recorded in the cache: **{cold_s / 60:.1f} min** of wall time (each"
-        " model on one thread of a shared machine, timed when it was trained)."
-        f" This run: {mins['run-wall-min']} min wall, {mins['run-cpu-min']}"
-        " CPU-minutes; with every model cached that is the warm cost."
-    )
-)
 
 # %% [markdown]
 # ## Claims
@@ -650,12 +635,7 @@ display(pagekit.regimes_table(CH, verdicts))
 # {glue:}`05_capacity-n-not-reproduced` did not, {glue:}`05_capacity-n-outside-regime` lay
 # outside the paper's regime, {glue:}`05_capacity-n-not-judged` could not be
 # judged and {glue:}`05_capacity-n-not-run` were not run (the row for paper Table 2 is a sanity check,
-# counted apart). A cold run costs at most {glue:}`05_capacity-cold-cpu-min` minutes: the training
-# recorded in the cache, wall time measured on a shared two-core machine where the chapter got
-# about a quarter of a core (the cold `cpu` run of 1 December 2026: 66 minutes wall, 18
-# CPU-minutes, with the text and A.1 runs trained beside it; the paper-like run alone took 41
-# minutes), plus this run's CPU time; with every model cached this run took
-# {glue:}`05_capacity-run-wall-min` minutes ({glue:}`05_capacity-run-cpu-min` CPU-minutes). The
+# counted apart). The
 # reading below is of the `cpu` run this book publishes.
 #
 # **Uniform tokens: flat, but not yet converged.** With a fixed 3,000-step cosine schedule and data

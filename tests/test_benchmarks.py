@@ -129,3 +129,12 @@ def test_compile_benchmark_rejects_bad_sizes(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--models", "0"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--models" in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_canaries_benchmark_decoders_agree_and_times_lora_steps_per_thread_count(tmp_path):
+    rec = _run("bench_canaries.py", tmp_path, "--profile", "smoke", "--batch", "4", "--new", "5",
+               "--threads", "1", "2", "--lora-steps", "2", "--rounds", "2")
+    m = rec["measurements"]
+    assert [r["threads"] for r in m["rows"]] == [1, 2] and all(r["identical_tokens"] for r in m["rows"])
+    assert [r["threads"] for r in m["lora_step"]] == [1, 2]
+    assert m["lora_step"][0]["speedup_vs_first"] == 1.0 and all(r["step_s"] > 0 for r in m["lora_step"])

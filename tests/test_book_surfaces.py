@@ -75,7 +75,8 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
     ``reader_first``: every chapter must open with its findings box (``memlab.pagekit``) in the
     first two screens at 1280 px, listing each headline claim with the verdict of its results
     JSON; and no page's prose may show a Python repr, a quoted number, ``None``, a snake_case
-    claim key, or a table header that is a variable name.
+    claim key, or a table header that is a variable name; and every chapter's story (what comes
+    before its first appendix section or its claims) must fit in ``STORY_SCREENS`` at 1280 px.
     ``figures_sized``: every figure must carry the size of its smallest text (saved by
     ``memlab.plotting.BookFigure``); when False, a figure saved before that is passed over, and
     the figures that do carry it are still checked.
@@ -162,6 +163,7 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                         problems += _reader_text_problems(page, path, width, prose, leak)
                     if chapter is not None and reader_first:
                         problems += _findings_problems(page, path, width, book, chapter)
+                        problems += _story_problems(page, path, width)
                     if chapter is not None:
                         n_fig = page.evaluate(
                             """Array.from(document.querySelectorAll('figure img, div.figure img'))
@@ -307,6 +309,26 @@ def _reader_text_problems(page, path: str, width: int, prose: str, leak: re.Patt
     if heads:
         out.append(f"{path} @{width}: table headers that are variable names: {sorted(set(heads))[:6]}")
     return out
+
+
+STORY_SCREENS = 15  # issue 28: a chapter's story before its appendix-style sections, in 1280x900 screens
+
+
+def _story_problems(page, path: str, width: int) -> list[str]:
+    """The story's length: the first appendix section, or the claims (chapter 6: its hypotheses judged),
+    within STORY_SCREENS at 1280 px."""
+    if width != 1280:
+        return []
+    end = page.evaluate("""() => { const h = Array.from(document.querySelectorAll('article h2')).find(
+                                     e => /^(Appendix|Claims|The hypotheses judged)/.test(e.innerText.trim()));
+                                   return h ? {top: h.getBoundingClientRect().top + window.scrollY,
+                                               text: h.innerText.trim()} : null; }""")
+    if end is None:
+        return [f"{path}: no 'Claims' section (chapter 6: 'The hypotheses judged')"]
+    if end["top"] > STORY_SCREENS * 900:
+        return [f"{path} @1280: the story runs {end['top'] / 900:.1f} screens before '{end['text'][:40]}' "
+                f"(at most {STORY_SCREENS})"]
+    return []
 
 
 def _findings_problems(page, path: str, width: int, book: Path, chapter: str) -> list[str]:

@@ -356,10 +356,6 @@ def test_regime_frame_and_cold_cost():
               "retain": {"acc": 1.0}}}
     f = E.regime_frame({"BIO, seed 0": sm}, 30)
     assert f.loc["BIO, seed 0", "authors memorised"] == 27 and f.loc["BIO, seed 0", "qa_acc"] == 0.8
-    setup = E.Setup(None, None, [], [], [], [], [], [], 0, torch.device("cpu"))
-    setup.train_seconds.update({"BIO s0": 100.0, "BIO s1": 50.0})
-    setup.cached.add("BIO s0")  # BIO s1 trained in this run: its time is in the wall time already
-    assert E.cold_seconds(setup, 10.0) == 110.0
 
 
 def test_retain_weight_defaults_to_the_papers_npo():

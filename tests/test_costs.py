@@ -144,3 +144,53 @@ def test_the_book_total_counts_each_shared_model_once():
     assert costs.book_cold_s([first, later]) == (600.0 + 300.0 - 210.0, 1000.0 + 500.0 - 400.0)
     assert costs.book_cold_s([later, first]) == (300.0 + 600.0 - 200.0, 500.0 + 1000.0 - 380.0)
     assert costs.book_cold_s([first]) == (600.0, 1000.0)
+
+
+def _staged_chapter(tmp_path, chapter, profile):
+    """A staged page (one markdown cell) and its published results, as `memlab render` sees them."""
+    nb = tmp_path / "stage" / f"{chapter}.ipynb"
+    nb.parent.mkdir(parents=True)
+    nb.write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# A"]}],
+                              "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / f"{chapter}.json").write_text(json.dumps({"profile": profile}))
+    return nb
+
+
+def test_a_chapter_page_states_its_measured_cold_and_warm_cost_and_why_a_slow_one_is_slow(tmp_path):
+    keys = {"o": {"stage": "original", "trained": True, "train_cpu_s": 700.0, "train_wall_s": 400.0},
+            "u1": {"stage": "unlearned", "trained": True, "train_cpu_s": 100.0, "train_wall_s": 60.0},
+            "u2": {"stage": "unlearned", "trained": True, "train_cpu_s": 100.0, "train_wall_s": 60.0}}
+    costs.record(tmp_path, _payload(chapter="a", cpu=1200.0, train=900.0, wall=640.0, keys=keys), wall_s=650.0)
+    runs = costs.read_log(tmp_path)
+    text = costs.chapter_markdown(runs, "a", "cpu")
+    # cold: 650 s wall, 1200 s CPU; training 400 + 120 s wall by stage, the costliest first; the rest 130 s
+    assert ("**From an empty model cache**: 11 min wall and 20 CPU-minutes (X, 2 threads, 2026-12-01). "
+            "Training its 3 models took 8.7 min by stage (\u201coriginal\u201d: 1 model, 6.7 min; "
+            "\u201cunlearned\u201d: 2 models, 2.0 min); the rest, 2.2 min, is the page's own evaluation.") in text
+    # no warm run yet: the cold run's CPU less its training (1200 - 900 s)
+    assert "**With every model cached**: not recorded yet; about 5.0 CPU-minutes" in text
+    # 650 s is over the 8-minute target: the page says so and what share is training (520 / 650)
+    assert f"longer than the {costs.TARGET_COLD_MIN} minutes" in text and "80 % of its wall time" in text
+    assert "`memlab run a --dry-run`" in text and "](../cost.md)" in text
+    warm = {k: {"stage": v["stage"], "trained": False} for k, v in keys.items()}
+    costs.record(tmp_path, _payload(chapter="a", cpu=300.0, train=0.0, wall=200.0, keys=warm), wall_s=210.0)
+    text = costs.chapter_markdown(costs.read_log(tmp_path), "a", "cpu")
+    assert "**With every model cached**: 3.5 min wall and 5.0 CPU-minutes (X, 2 threads, 2026-12-01)." in text
+    # a fast chapter makes no excuse; a profile without records says so
+    costs.record(tmp_path, _payload(chapter="b", cpu=200.0, train=80.0, wall=100.0), wall_s=120.0)
+    assert "longer than" not in costs.chapter_markdown(costs.read_log(tmp_path), "b", "cpu")
+    assert "No run of this chapter at `paper`" in costs.chapter_markdown(runs, "a", "paper")
+
+
+def test_render_appends_the_cost_section_at_the_pages_own_profile(tmp_path):
+    from memlab import book
+
+    costs.record(tmp_path, _payload(chapter="a", cpu=600.0, wall=300.0), wall_s=320.0)
+    nb = _staged_chapter(tmp_path, "a", "cpu")
+    assert book.add_cost_section(nb, tmp_path)
+    cells = json.loads(nb.read_text())["cells"]
+    assert len(cells) == 2 and "".join(cells[1]["source"]).startswith("## What a run of this chapter costs")
+    assert "5.3 min wall" in "".join(cells[1]["source"])
+    (tmp_path / "results" / "a.json").unlink()  # a page without published results gets no section
+    assert not book.add_cost_section(nb, tmp_path)

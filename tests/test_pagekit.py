@@ -45,24 +45,6 @@ def test_minutes_round_to_what_a_page_should_show(seconds, shown):
     assert pagekit.minutes(seconds) == shown
 
 
-def test_the_cost_glue_adds_the_cold_training_to_this_runs_cpu_time(monkeypatch):
-    class FakeRun:
-        chapter, cpu_started = "99_x", 100.0
-
-        @staticmethod
-        def elapsed():
-            return 120.0
-
-    glued = {}
-    monkeypatch.setattr(pagekit, "_glue", lambda name, value: glued.__setitem__(name, value))
-    monkeypatch.setattr(pagekit.time, "process_time", lambda: 160.0)  # 60 s of CPU since the start
-    out = pagekit.glue_cost(FakeRun(), cold_train_cpu_s=540.0)
-    assert out == {"run-cpu-min": 1.0, "run-wall-min": 2.0, "cold-cpu-min": 10.0}
-    assert glued == {"99_x-run-cpu-min": 1.0, "99_x-run-wall-min": 2.0, "99_x-cold-cpu-min": 10.0}
-    with pytest.raises(ValueError, match="cold_train_cpu_s"):
-        pagekit.glue_cost(FakeRun(), cold_train_cpu_s=-1)
-
-
 def _claim(key, verdict, text, evidence, kind=paper.CLAIM):
     return {"key": key, "claim": text, "verdict": verdict, "kind": kind, "evidence": evidence}
 

@@ -450,6 +450,23 @@ def add_gpu_section(notebook: Path, gpu_dir: Path) -> bool:
     return append_markdown(notebook, [text] if text else [])
 
 
+def add_cost_section(notebook: Path, book: Path) -> bool:
+    """Append "What a run of this chapter costs" (:func:`memlab.costs.chapter_markdown`) to a staged page.
+
+    The profile is the published page's (``<book>/results/<chapter>.json``); a page without
+    results gets no section.
+    """
+    import json
+
+    from memlab import costs
+
+    try:
+        profile = json.loads((book / "results" / f"{notebook.stem}.json").read_text())["profile"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return append_markdown(notebook, [costs.chapter_markdown(costs.read_log(book), notebook.stem, profile)])
+
+
 def add_chapter_sections(notebook: Path, book: Path) -> bool:
     """Append the sections a chapter renders from published side runs (its ``render_sections(book)``)."""
     from memlab import config
@@ -490,6 +507,7 @@ def render(root: Path | None = None, out: Path | None = None) -> Path:
             collapse_code_cells(nb)
             add_gpu_section(nb, root / "book" / "gpu")
             add_chapter_sections(nb, root / "book")
+            add_cost_section(nb, root / "book")
         conf["exclude_patterns"] = list(conf.get("exclude_patterns", [])) + ["book/gpu/**", "book/real/**"]
         _apply_repository(conf, url)
         _apply_mathjax(conf, stage, find_mathjax(root))

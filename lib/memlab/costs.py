@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable
 
 LOG_NAME = "costs.json"
 KEEP_PER_CHAPTER = 12  # records kept per chapter and profile in the cost log
+TARGET_COLD_MIN = 8  # wall minutes a chapter should take from an empty cache on an idle 2-core machine
 
 # Per process: the cache keys this run touched, and the stack of trainings in progress.
 _ENTRIES: dict[str, dict] = {}
@@ -294,6 +295,62 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
               "(training and evaluation), which a loaded machine changes much less. The estimate is what "
               "`memlab run` predicted before the last run, beside what that run measured. A run that "
               "trained some models and loaded others is kept in the log but not shown here."]
+    return "\n".join(lines) + "\n"
+
+
+def _trained_stages(r: dict) -> list[tuple[str, int, float]]:
+    """(stage, models, training wall seconds) of the models a record trained, the costliest first."""
+    out: dict[str, list[float]] = {}
+    for v in (r.get("keys") or {}).values():
+        if v.get("trained"):
+            out.setdefault(str(v.get("stage")), []).append(float(v.get("train_wall_s") or 0.0))
+    return sorted(((s, len(w), sum(w)) for s, w in out.items()), key=lambda t: -t[2])
+
+
+def _models(n: int) -> str:
+    return f"{n} model{'s' if n != 1 else ''}"
+
+
+def chapter_markdown(runs: list[dict], chapter: str, profile: str) -> str:
+    """A chapter page's cost section: its last cold and warm run at ``profile``, where the cold time went.
+
+    Every number comes from the cost log (``runs``, :func:`read_log`). A cold run longer than
+    :data:`TARGET_COLD_MIN` says so and how its time splits between training (by stage, the
+    costliest first) and the page's own evaluation.
+    """
+    cold = _latest(runs, chapter, profile, ("cold",))
+    warm = _latest(runs, chapter, profile, ("warm",))
+    dry = f"`memlab run {chapter} --dry-run`"
+    lines = ["## What a run of this chapter costs", ""]
+    if cold is None and warm is None:
+        return "\n".join(lines + [
+            f"No run of this chapter at `{profile}` has recorded its cost in this book yet. Before a run, "
+            f"{dry} prints its estimate and how many of its models are cached."]) + "\n"
+    if cold is not None:
+        stages = _trained_stages(cold)
+        train_s = sum(t for _, _, t in stages)
+        parts = "; ".join(f"\u201c{s}\u201d: {_models(n)}, {_minutes(t)} min" for s, n, t in stages[:4])
+        lines.append(f"- **From an empty model cache**: {_minutes(cold['wall_s'])} min wall and "
+                     f"{_minutes(cold['cpu_s'])} CPU-minutes ({_machine(cold)}). Training its "
+                     f"{_models(cold.get('trained') or 0)} took {_minutes(train_s)} min by stage ({parts}); the rest, "
+                     f"{_minutes(max(cold['wall_s'] - train_s, 0.0))} min, is the page's own evaluation.")
+    if warm is not None:
+        lines.append(f"- **With every model cached**: {_minutes(warm['wall_s'])} min wall and "
+                     f"{_minutes(warm['cpu_s'])} CPU-minutes ({_machine(warm)}).")
+    else:
+        lines.append(f"- **With every model cached**: not recorded yet; about "
+                     f"{_minutes(max(cold['cpu_s'] - (cold.get('train_cpu_s') or 0.0), 0.0))} CPU-minutes, "
+                     "the cold run's CPU time less its training.")
+    lines.append("")
+    if cold is not None and cold["wall_s"] > TARGET_COLD_MIN * 60:
+        share = 100 * sum(t for _, _, t in _trained_stages(cold)) / cold["wall_s"]
+        lines.append(f"A cold run takes longer than the {TARGET_COLD_MIN} minutes this book aims for on two "
+                     f"cores: {share:.0f} % of its wall time is training the models above, which a run with "
+                     "every model cached skips.")
+        lines.append("")
+    lines.append(f"Measured by the runs themselves (`book/costs.json`; every chapter on "
+                 f"[What a run costs](../cost.md)). Before a run, {dry} prints the estimate for the parameters "
+                 "given and how many of their models are cached on your machine.")
     return "\n".join(lines) + "\n"
 
 

@@ -1,16 +1,15 @@
-"""What every chapter page does the same way: its setup cell, its verdicts, its closing summary, its cost.
+"""What every chapter page does the same way: its setup cell, its verdicts, its closing summary.
 
 The six notebooks call these instead of repeating the cells: :func:`start` (resolve the parameters,
 open the run, show the provenance), :func:`judge` (evaluate the claims, show the claims table, save
 the results, glue the verdict counts), :func:`closing_summary` (the "What held / What did not /
-What this run cannot decide" block) and :func:`glue_cost` (this run's CPU and wall minutes, and a
-cold run's estimate, as glued numbers). Glued values are numbers, never strings, so a page shows
-``21``, not ``'21'``.
+What this run cannot decide" block). A page's cost is not computed here: :mod:`memlab.book` appends it
+at render time from the cost log the runs write (:func:`memlab.costs.chapter_markdown`). Glued values
+are numbers, never strings, so a page shows ``21``, not ``'21'``.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
 from memlab import config, paper, results
@@ -308,23 +307,6 @@ def closing_summary(verdicts: Sequence[dict], regime: str = "", chapter: str | N
     _display_markdown(summary_markdown(verdicts, regime))
     if chapter is not None:
         glue_findings(chapter, verdicts, regime)
-
-
-def glue_cost(run: results.Run, cold_train_cpu_s: float = 0.0) -> dict[str, float]:
-    """Glue this run's cost so far and a cold run's estimate, in minutes (numbers).
-
-    ``<chapter>-run-cpu-min``: this kernel's CPU time; ``<chapter>-run-wall-min``: its wall time;
-    ``<chapter>-cold-cpu-min``: ``cold_train_cpu_s`` (the training a cold run adds, measured once and
-    declared by the chapter) plus this run's CPU time. Returns the three values.
-    """
-    if cold_train_cpu_s < 0:
-        raise ValueError(f"glue_cost: cold_train_cpu_s must be >= 0 (got {cold_train_cpu_s})")
-    cpu_s = time.process_time() - run.cpu_started
-    out = {"run-cpu-min": minutes(cpu_s), "run-wall-min": minutes(run.elapsed()),
-           "cold-cpu-min": minutes(cold_train_cpu_s + cpu_s)}
-    for name, value in out.items():
-        _glue(f"{run.chapter}-{name}", value)
-    return out
 
 
 REGIMES_COLUMNS = ["What the paper tested", "How the gate was chosen", "Ours", "Holds",

@@ -9,7 +9,7 @@ from memlab.data.vision import patch_shuffle  # noqa: F401 - moved to memlab.dat
 from memlab.metrics import correlation_tests  # noqa: F401 - the science behind :func:`correlations`
 
 from .claims import GAP_PP, METRIC_KEYS, NINE, ZERO_ROWS, ZERO_TOL_PP, claims
-from .spec import (CHAPTER, CHECKS, CODE_VERSION, COLD_TRAIN_CPU_S, HP_RANGES, HPARAMS, METHOD_HPARAMS, METHODS,
+from .spec import (CHAPTER, CHECKS, CODE_VERSION, HP_RANGES, HPARAMS, METHOD_HPARAMS, METHODS,
                    NUM_CLASSES, OOD_SOURCES, SPEC)
 from .stages import (VIT_METHODS, Data, audit, budget_sweep, build, epochs_for, fingerprint, forget_accuracy,
                      forget_classes, ga_step_sweep, groupnorm_control, linear_probe, load_data, method_hparams,
@@ -22,7 +22,7 @@ from .tables import (METRICS, REGIME_COLUMNS, appendix_h_metrics, appendix_q_met
                      table2_metrics, vit_metrics)
 
 __all__ = [
-    "CHAPTER", "CHECKS", "CODE_VERSION", "COLD_TRAIN_CPU_S", "HP_RANGES", "HPARAMS", "METHOD_HPARAMS", "METHODS",
+    "CHAPTER", "CHECKS", "CODE_VERSION", "HP_RANGES", "HPARAMS", "METHOD_HPARAMS", "METHODS",
     "NUM_CLASSES", "OOD_SOURCES", "SPEC",
     "VIT_METHODS", "Data", "audit", "budget_sweep", "build", "epochs_for", "fingerprint", "forget_accuracy",
     "forget_classes", "ga_step_sweep", "groupnorm_control", "linear_probe", "load_data", "method_hparams",

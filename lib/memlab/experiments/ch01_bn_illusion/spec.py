@@ -18,11 +18,6 @@ CHAPTER = "01_bn_illusion"
 CODE_VERSION = "3"
 METHODS = ["Retrain", "SCRUB", "GA", "GA+FT", "SalUn", "BadTeacher", "IncompTeacher", "NoiseInject", "SSD", "PGU"]
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
-# Measured CPU cost (1 thread) of training every cached model of one cold `cpu` run, issue 15, on a
-# 2-core AMD EPYC (AVX2) shared with other jobs: Original 274 s, Retrain 228 s, GroupNorm Original 77 s
-# and Retrain 71 s, the 17 unlearned models and 2 Appendix Q models about 385 s. The chapter adds the
-# CPU time of its own run (the audits, probes and recoveries) to give the cold figure.
-COLD_TRAIN_CPU_S = 274 + 228 + 77 + 71 + 385
 OOD_SOURCES = ("patch_shuffle", "cifar100")
 
 # ----------------------------------------------------------------------------- hyperparameters

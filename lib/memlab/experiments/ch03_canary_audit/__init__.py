@@ -17,7 +17,7 @@ from .spec import (CHAPTER, CHECKS, CODE_VERSION, DRIFT_MODEL, PAPER_MODEL, REAL
                    real_command)
 from .stages import (
     ARMS, BIO_ARMS, COMPLETE_TRACE, GENERIC_TRACE, OTHER_ARMS, TRAIN_SECONDS, Setup, attach, author_examples,
-    chat_format_for, cold_seconds, detach, drift_outputs, evaluate_arms, generic_examples, memorise, prepare,
+    chat_format_for, detach, drift_outputs, evaluate_arms, generic_examples, memorise, prepare,
     pretrain_small, retain_examples, run_sweep, side_grid, summarise, unlearn_sweep,
 )
 from .tables import (
@@ -32,7 +32,7 @@ __all__ = [
     "COMPLETE_TRACE", "DRIFT_MODEL", "GENERIC_TRACE", "JUDGED", "LORA_TARGETS", "METRIC_KEYS", "OTHER_ARMS",
     "PAPER_MODEL", "REAL_SETTING", "SMALL", "SPEC", "SUPPRESS", "Setup", "TF_DROP", "TRAIN_SECONDS", "Z95", "anatomy_table",
     "attach", "audit_band", "audit_state", "author_examples", "bypass_examples", "chat_format_for", "claims",
-    "cold_seconds", "deepseek_format", "detach", "drift_outputs", "evaluate_arms", "generic_examples",
+    "deepseek_format", "detach", "drift_outputs", "evaluate_arms", "generic_examples",
     "jsonable_summary", "ksweep_frame", "ksweep_metrics", "memorise", "parser_flip_section",
     "parser_flip_table", "prefill_tables", "prepare", "pretrain_small", "real_command", "regime_frame", "regime_sentence", "render_sections",
     "retain_examples", "retain_examples_with_names", "retain_metrics", "run_sweep", "side_grid", "summarise",

@@ -121,7 +121,7 @@ def prepare(cfg) -> Setup:
     seed_everything(cfg.seed)
     dev = device()
     if dev.type == "cpu" and cfg.cpu_threads:
-        # a tiny model's per-token ops are too small to split; extra threads only add sync cost
+        # a user's explicit choice for this chapter; it holds for the rest of the process
         torch.set_num_threads(cfg.cpu_threads)
     authors = A.make_authors(cfg.n_authors, cfg.seed)
     generic = A.load_generic_probes()
@@ -239,11 +239,6 @@ def memorise(setup: Setup, cfg, template: str, seed: int) -> dict[str, torch.Ten
     if not fresh:
         setup.cached.add(label)
     return state
-
-
-def cold_seconds(setup: Setup, wall_s: float) -> float:
-    """Estimated cold cost of a run: its wall time plus the recorded training time of cached adapters."""
-    return float(wall_s + sum(setup.train_seconds[k] for k in setup.cached))
 
 
 def _base_key(setup: Setup, cfg) -> dict:
