@@ -66,8 +66,8 @@ SPEC: dict[str, Param] = {
     "n_boot": Param(int, {"smoke": 200, "cpu": 10000, "paper": 10000}, low=10),
     "cpu_threads": Param(int, {"smoke": 1, "cpu": 0, "paper": 0}, low=0,
                          doc="torch CPU threads for this chapter (0: the run's, every core unless --threads "
-                             "says otherwise); two threads decode 1.5x faster than one "
-                             "(benchmarks/results/canaries.json)"),
+                             "says otherwise); at two threads LoRA steps run 1.6x and decoding 1.3x faster "
+                             "than at one (benchmarks/results/canaries.json)"),
 }
 
 

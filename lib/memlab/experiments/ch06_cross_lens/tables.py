@@ -21,11 +21,11 @@ from .spec import CHAPTER, hypotheses
 
 def short_titles() -> dict[str, str]:
     """Hypothesis key -> its short title (``short:`` in the chapter's yaml), what readers see instead of keys."""
-    out = paper.load(CHAPTER).get("short") or {}
+    out = paper.short_titles(CHAPTER)
     missing = sorted(set(hypotheses()) - set(out))
     if missing:
         raise ValueError(f"data/papers/{CHAPTER}.yaml: short: lacks titles for {missing}")
-    return dict(out)
+    return out
 
 
 class HypothesesTable:
