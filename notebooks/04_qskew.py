@@ -314,9 +314,8 @@ axes[0][0].set_ylabel("AUC (%)")
 axes[0][-1].legend(fontsize="small")
 _ = plotting.publish(fig, "epochs", CH)
 run.record(**ch.sweep_metrics(sweeps))
-for d, sweep in sweeps.items():
-    display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
-    display(sweep)
+# one table, the two settings side by side (AUC %, columns: fine-tuning epochs)
+display(pd.concat({DOMAIN_NAMES[d]: sweep for d, sweep in sweeps.items()}, axis=1))
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-epochs
