@@ -194,3 +194,16 @@ def test_render_appends_the_cost_section_at_the_pages_own_profile(tmp_path):
     assert "5.3 min wall" in "".join(cells[1]["source"])
     (tmp_path / "results" / "a.json").unlink()  # a page without published results gets no section
     assert not book.add_cost_section(nb, tmp_path)
+
+
+def test_a_later_partial_run_is_shown_beside_the_cold_one():
+    """Chapter 3 after its thread change: a run that trained 3 of 5 models is newer than its cold record."""
+    cold = {"chapter": "a", "profile": "cpu", "kind": "cold", "wall_s": 1140.0, "cpu_s": 1120.0, "threads": 1,
+            "trained": 5, "loaded": 0, "train_cpu_s": 700.0, "device": "cpu (X)", "date": "2026-12-02",
+            "keys": {"m": {"stage": "s", "trained": True, "train_wall_s": 700.0}}}
+    part = {**cold, "kind": "partial", "wall_s": 578.0, "cpu_s": 1117.0, "threads": 2, "trained": 3, "loaded": 2,
+            "date": "2026-12-03"}
+    text = costs.chapter_markdown([cold, part], "a", "cpu")
+    assert ("- **The last run** trained 3 of its 5 models and loaded the rest: 9.6 min wall and 19 CPU-minutes "
+            "(X, 2 threads, 2026-12-03).") in text
+    assert "The last run" not in costs.chapter_markdown([part, cold], "a", "cpu")  # older than the cold run

@@ -314,7 +314,8 @@ def _models(n: int) -> str:
 def chapter_markdown(runs: list[dict], chapter: str, profile: str) -> str:
     """A chapter page's cost section: its last cold and warm run at ``profile``, where the cold time went.
 
-    Every number comes from the cost log (``runs``, :func:`read_log`). A cold run longer than
+    Every number comes from the cost log (``runs``, :func:`read_log`). A later run that trained
+    some models and loaded others is shown too (its machine or thread count may differ). A cold run longer than
     :data:`TARGET_COLD_MIN` says so and how its time splits between training (by stage, the
     costliest first) and the page's own evaluation.
     """
@@ -341,6 +342,13 @@ def chapter_markdown(runs: list[dict], chapter: str, profile: str) -> str:
         lines.append(f"- **With every model cached**: not recorded yet; about "
                      f"{_minutes(max(cold['cpu_s'] - (cold.get('train_cpu_s') or 0.0), 0.0))} CPU-minutes, "
                      "the cold run's CPU time less its training.")
+    last = _latest(runs, chapter, profile, ("partial",))  # shown when newer than both records above
+    order = {id(r): i for i, r in enumerate(runs)}
+    if last is not None and all(order[id(last)] > order[id(r)] for r in (cold, warm) if r is not None):
+        n = (last.get("trained") or 0) + (last.get("loaded") or 0)
+        lines.append(f"- **The last run** trained {last.get('trained')} of its {_models(n)} and loaded the rest: "
+                     f"{_minutes(last['wall_s'])} min wall and {_minutes(last['cpu_s'])} CPU-minutes "
+                     f"({_machine(last)}).")
     lines.append("")
     if cold is not None and cold["wall_s"] > TARGET_COLD_MIN * 60:
         share = 100 * sum(t for _, _, t in _trained_stages(cold)) / cold["wall_s"]
