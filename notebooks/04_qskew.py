@@ -309,13 +309,13 @@ for ax, (d, sweep) in zip(axes[0], sweeps.items()):
     ax.axhline(50, color="grey", lw=0.8, ls="--")
     ax.set_xticks(list(sweep.columns))
     ax.set_xlabel("fine-tuning epochs")
-    ax.set_title(d)
+    ax.set_title(DOMAIN_NAMES[d].split(" (")[0])
 axes[0][0].set_ylabel("AUC (%)")
 axes[0][-1].legend(fontsize="small")
 _ = plotting.publish(fig, "epochs", CH)
 run.record(**ch.sweep_metrics(sweeps))
-# one table, the two settings side by side (AUC %, columns: fine-tuning epochs)
-display(pd.concat({DOMAIN_NAMES[d]: sweep for d, sweep in sweeps.items()}, axis=1))
+# one table, the two settings side by side (AUC %, columns: fine-tuning epochs), under short names so it fits
+display(pd.concat({DOMAIN_NAMES[d].split(" (")[0]: sweep for d, sweep in sweeps.items()}, axis=1))
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-epochs
