@@ -419,10 +419,11 @@ display(
 )
 
 # %% tags=["remove-input"]
-# the models' training cost, kept in the results for `memlab compare`; the page's cost section
-# is written from the cost log when the book is rendered
+# the models' training cost, kept in the results for `memlab compare`; the page's
+# cost section is written from the cost log when the book is rendered
 costs = ch.training_costs(cfg)
-run.record(cost=ch.cost_metrics(costs, run.elapsed(), time.process_time() - run.cpu_started))
+cpu_s = time.process_time() - run.cpu_started
+run.record(cost=ch.cost_metrics(costs, run.elapsed(), cpu_s))
 
 # %% [markdown]
 # ## Claims

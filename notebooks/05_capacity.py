@@ -581,8 +581,8 @@ display(
 # ```
 
 # %% tags=["remove-input"]
-# the models' training cost, kept in the results for `memlab compare`; the page's cost section
-# is written from the cost log when the book is rendered
+# the models' training cost, kept in the results for `memlab compare`; the page's
+# cost section is written from the cost log when the book is rendered
 cold_s = ch.training_cost(
     [sweep, other_sweep, pd.DataFrame([pl]) if pl else pd.DataFrame()],
     [ref["wall_s"], *text["wall_s"], *a1["wall_s"]],
