@@ -314,8 +314,10 @@ axes[0][0].set_ylabel("AUC (%)")
 axes[0][-1].legend(fontsize="small")
 _ = plotting.publish(fig, "epochs", CH)
 run.record(**ch.sweep_metrics(sweeps))
-# one table, the two settings side by side (AUC %, columns: fine-tuning epochs), under short names so it fits
-display(pd.concat({DOMAIN_NAMES[d].split(" (")[0]: sweep for d, sweep in sweeps.items()}, axis=1))
+# one table, the two settings side by side (AUC %, columns: fine-tuning epochs),
+# under short names so it fits
+short = {d: DOMAIN_NAMES[d].split(" (")[0] for d in sweeps}
+display(pd.concat({short[d]: sweep for d, sweep in sweeps.items()}, axis=1))
 
 # %% [markdown]
 # ```{glue:figure} 04_qskew-epochs
