@@ -42,7 +42,9 @@
 # before any attack: whether the base model *reads context* (a masked LM that only learned token
 # frequencies gives Q-Skew nothing to skew), and whether fine-tuning crosses a *domain gap* (as
 # LLaDA, pre-trained on web text, fine-tuned on WikiText), which is what makes a plain calibrated
-# loss noisy in the paper.
+# loss noisy in the paper. Our domain-gap setting fine-tunes on the docstrings of standard-library
+# modules the base has never read, its pre-training having read those of the other modules: a
+# domain it knows, in texts it has not seen.
 
 # %% tags=["parameters"]
 profile: str = "cpu"  # smoke | cpu | paper
@@ -65,10 +67,11 @@ pd.set_option("display.precision", 1)
 #
 # **Model.** At `smoke`/`cpu` the base model is a small bidirectional transformer with a mask
 # token (`memlab.models.diffusion_lm.MaskedDiffusionLM`), pre-trained with the LLaDA objective on the
-# WikiText-2 *test* split: a ratio $t \sim U(0,1)$ is drawn per sequence, every token is masked with
-# probability $t$, and the cross-entropy on masked tokens is weighted by $1/t$. At `cpu` it is
-# pre-trained for 4000 batches of 32 blocks of 48 tokens (about 20 passes over the split), long
-# enough that it reads context (next section). An "instruct" variant is the base trained further on
+# WikiText-2 *test* split and the docstrings of 28 of the 56 standard-library modules below: a ratio
+# $t \sim U(0,1)$ is drawn per sequence, every token is masked with probability $t$, and the
+# cross-entropy on masked tokens is weighted by $1/t$. At `cpu` it is pre-trained for 4000 batches of
+# 32 blocks of 48 tokens (about 10 passes over the text), long enough that it reads context (next
+# section). An "instruct" variant is the base trained further on
 # instruction pairs from the same test split. Both are cached: the pre-training is the chapter's
 # cold cost (given at the end of the chapter, as measured).
 #
@@ -77,9 +80,11 @@ pd.set_option("display.precision", 1)
 #
 # * *domain fine-tuning*, in two settings: **same domain**, fixed-length blocks of the WikiText-2
 #   *validation* split (the pre-training domain), and **domain gap**, blocks of the docstrings of
-#   56 Python standard-library modules (`memlab.data.docstrings`: technical English about
+#   the other 28 standard-library modules (`memlab.data.docstrings`: technical English about
 #   programming, read at run time with `inspect.getdoc`, identical on every machine with the same
-#   Python version, which the provenance records). The base model is fine-tuned on the members
+#   Python version, which the provenance records). Every other module of the list goes to the
+#   pre-training, so the base knows the domain, as LLaDA's web-scale pre-training knows WikiText's,
+#   but has never seen a member or non-member text. The base model is fine-tuned on the members
 #   (AdamW, `epochs` epochs, batch 16). The claims below judge the domain-gap setting, the paper's,
 #   when its base reads context there (the regime gates below); the same-domain setting is the
 #   control;
@@ -100,12 +105,14 @@ pd.set_option("display.precision", 1)
 setup = ch.prepare(cfg)
 run.record(setup=setup.info)
 display(
-    pd.Series({k: v for k, v in setup.info.items() if k != "gap_corpus"}, name="value")
+    pd.Series({k: v for k, v in setup.info.items() if not k.endswith("_corpus")}, name="value")
     .astype(str)
     .to_frame()
 )
-if "gap_corpus" in setup.info:
-    display(pd.Series(setup.info["gap_corpus"], name="docstring corpus").to_frame())
+corpora = {"pre-training share": "pretrain_corpus", "fine-tuning share (domain gap)": "gap_corpus"}
+corpora = {name: setup.info[k] for name, k in corpora.items() if k in setup.info}
+if corpora:
+    display(pd.DataFrame(corpora).rename_axis("docstring corpus"))
 
 # %% [markdown]
 # ### The regime: does the base model read context?
@@ -197,7 +204,7 @@ display(
 # %%
 DOMAIN_NAMES = {
     "same": "Same domain (WikiText-2 valid, the pre-training domain)",
-    "gap": "Domain gap (standard-library docstrings)",
+    "gap": "Domain gap (docstrings of modules the pre-training did not read)",
 }
 n_non, min_fp = cfg.n_nonmembers, cfg.tpr_min_fp
 dft = {d: ch.domain_experiment(setup, d) for d in cfg.domains}
@@ -375,6 +382,8 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 # the top candidate equals the true string; the last row shows how often it was among the candidates.
 # A ranking can only be judged on targets whose truth is among the candidates, so the claims are
 # "not judged" when none is, and when two rankings' hit rates differ by less than their noise band.
+# The rankings are compared on the same targets, so the band is that of paired outcomes: only the
+# targets one ranking gets and the other misses carry noise (`memlab.metrics.paired_diff_band`).
 
 # %%
 pii = ch.pii_experiment(setup)
@@ -521,9 +530,9 @@ if "qskew" in cfg.scores and len(cfg.scores) > 1:
 # The verdicts are computed from this run's numbers, on a transformer of under a million
 # parameters, not the paper's 8B models; the `paper` profile runs the same code on LLaDA. The base
 # model reads context on its own domain (the regime table), so the instruction-side claims are
-# about the method in a regime the paper's mechanism can act in, at a small scale; on the
-# domain-gap docstrings it does not, and the claims judged there are outside the paper's regime
-# until a milder gap (the regime gates above) brings them inside.
+# about the method in a regime the paper's mechanism can act in, at a small scale. On the
+# domain-gap docstrings it reads context only because half the docstring modules are in its
+# pre-training; the gates above say whether that was enough for the claims judged there.
 
 # %% [markdown]
 # ## What this means

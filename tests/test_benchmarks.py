@@ -138,3 +138,31 @@ def test_canaries_benchmark_decoders_agree_and_times_lora_steps_per_thread_count
     assert [r["threads"] for r in m["rows"]] == [1, 2] and all(r["identical_tokens"] for r in m["rows"])
     assert [r["threads"] for r in m["lora_step"]] == [1, 2]
     assert m["lora_step"][0]["speedup_vs_first"] == 1.0 and all(r["step_s"] > 0 for r in m["lora_step"])
+
+
+def test_stack_resnet_benchmark_stacked_training_is_separate_training(tmp_path):
+    rec = _run("bench_stack_resnet.py", tmp_path, "--width", "2", "--batch", "8", "--steps", "1", "--repeats", "2",
+               "--threads", "1", "--stacks", "2", "3")
+    m = rec["measurements"]
+    assert m["max_loss_difference"] < 1e-5 and m["max_stem_weight_difference"] < 1e-3
+    assert [r["models"] for r in m["rows"]] == [2, 3] and all(r["speedup"] > 0 for r in m["rows"])
+    assert m["kept"] == all(r["speedup"] >= m["keep_at"] for r in m["rows"])
+    # in float64 the stacked steps are the separate steps up to rounding
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import torch
+
+    import bench_stack_resnet
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact = bench_stack_resnet.agreement(3, 2, 8)
+    finally:
+        torch.set_default_dtype(before)
+    assert max(exact.values()) < 1e-12
+
+
+def test_stack_resnet_benchmark_rejects_a_single_model(tmp_path):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_stack_resnet.py"), "--stacks", "1"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--stacks" in out.stderr and not list(tmp_path.iterdir())

@@ -76,6 +76,18 @@ def test_the_estimate_counts_cached_models_and_charges_only_the_missing_ones(tmp
                                                      "(1 recorded with other parameters); running at 2 threads")
 
 
+def test_after_a_code_change_the_estimate_counts_no_recorded_model_as_cached(tmp_path):
+    # The cache keys hash the chapter's CODE_VERSION: the old models are still in the cache, but
+    # the new code trains its own.
+    costs.record(tmp_path, _payload(), wall_s=65.0, code="2")
+    same = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: True, code="2")
+    assert same["cached"] == 2 and "stale_code" not in same
+    new = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: True, code="3")
+    assert (new["cached"], new["this_cpu_s"], new["cold_cpu_s"], new["stale_code"]) == (0, 100.0, 100.0, "2")
+    assert ("the chapter's code changed since the recorded run (version 2): none of its models is reused, "
+            "so this run ~1.7 CPU-min") in costs.estimate_line("c", "cpu", new)
+
+
 def test_the_log_keeps_the_latest_records_of_each_chapter(tmp_path):
     for i in range(costs.KEEP_PER_CHAPTER + 3):
         costs.record(tmp_path, _payload(cpu=100.0 + i), wall_s=1.0)

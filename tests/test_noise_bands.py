@@ -27,6 +27,32 @@ def test_diff_band_covers_simulated_differences_at_its_level():
     assert inside == pytest.approx(0.95, abs=0.01)
 
 
+def test_paired_diff_band_closed_form_and_refusals():
+    # 100 items: a alone right on 10, b alone on 4, both on 50: only the 14 discordant items count
+    a = np.r_[np.ones(10), np.zeros(4), np.ones(50), np.zeros(36)]
+    b = np.r_[np.zeros(10), np.ones(4), np.ones(50), np.zeros(36)]
+    want = 1.96 * np.sqrt(14 - 6 ** 2 / 100) / 100
+    assert metrics.paired_diff_band(a, b) == pytest.approx(want, rel=1e-12)
+    assert metrics.paired_diff_band(a, a) == 0.0  # identical rankings: no noise on their difference
+    assert metrics.paired_diff_band(a, b) < metrics.diff_band(a.mean(), 100, b.mean(), 100)
+    with pytest.raises(ValueError, match="same items"):
+        metrics.paired_diff_band(a, b[:50])
+    with pytest.raises(ValueError, match="0 or 1"):
+        metrics.paired_diff_band(a * 2, b)
+
+
+def test_paired_diff_band_covers_simulated_paired_differences_at_its_level():
+    # Two correlated rankings on n = 200 targets: both right with 0.5, only a with 0.12, only b with 0.06.
+    rng = np.random.default_rng(0)
+    n, truth = 200, 0.12 - 0.06
+    covered = []
+    for _ in range(5000):
+        cell = rng.choice(4, size=n, p=[0.5, 0.12, 0.06, 0.32])  # both, a only, b only, neither
+        a, b = np.isin(cell, (0, 1)).astype(float), np.isin(cell, (0, 2)).astype(float)
+        covered.append(abs(a.mean() - b.mean() - truth) <= metrics.paired_diff_band(a, b))
+    assert np.mean(covered) == pytest.approx(0.95, abs=0.012)
+
+
 @pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (125, 250), (250, 250)])
 def test_wilson_interval_matches_scipy(k, n):
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")

@@ -139,6 +139,8 @@ def test_paper_profile_path_on_tiny_local_checkpoint(tmp_path, monkeypatch):
     assert t4["base"].loc["Golden reference"].equals(table.loc["Q-Skew"].rename("Golden reference"))
     pii = qs.pii_experiment(setup)
     assert pii["n"] == 1 and set(pii["hits"]["CE"]) == {"email", "phone"}
+    for method, top1 in pii["top1"].items():  # one success per record, adding up to the hits
+        assert len(top1) == 2 and sum(top1) == sum(pii["hits"][method].values())
 
 
 # --- paper claims (memlab.experiments.ch04_qskew.claims) on hand-made metrics -----------------------
@@ -147,10 +149,27 @@ def _auc(**rows):
     return {name: {"AUC": auc, "TPR@10%FPR": 0.0, "TPR@1%FPR": 0.0} for name, auc in rows.items()}
 
 
+PII_N = 100  # PII targets per kind in the hand-made metrics
+
+
+def _pii_top1(kind_hits: dict[str, int]) -> list[int]:
+    """Per-target top-1 successes giving these hits per kind: e-mail targets first, each kind's hits
+    on its first targets (so the rankings' hits are nested: every comparison as paired as it can be)."""
+    return [int(i < kind_hits[kind]) for kind in ("email", "phone") for i in range(PII_N)]
+
+
+def _set_pii(method: str, kind_hits: dict[str, int]):
+    """An edit giving ``method`` these hits per kind, in the counts and in the per-target successes."""
+    def edit(m):
+        m["pii"]["hits"][method] = dict(kind_hits)
+        m["pii"]["top1"][method] = _pii_top1(kind_hits)
+    return edit
+
+
 def _paper_like():
     """Metrics shaped like run.metrics on which every claim holds (2000 + 2000 sequences: narrow bands)."""
     gap = qs.HEADLINE
-    return {
+    m = {
         "setup": {"n_members": 2000, "n_nonmembers": 2000, "runs": 3},
         "domain": {gap: _auc(**{"Loss": 60.0, "Calibration": 65.0, "SAMA": 68.0, "Q-Skew": 80.0}),
                    "same": _auc(**{"Calibration": 97.0, "Q-Skew": 80.0})},
@@ -171,8 +190,10 @@ def _paper_like():
         "pii": {"hits": {"CE": {"email": 20, "phone": 30}, "Q-Skew (PII mask)": {"email": 8, "phone": 10},
                          "Q-Skew (context mask)": {"email": 0, "phone": 0},
                          "Combine-0.1": {"email": 35, "phone": 45}},
-                "oracle": {"email": 80, "phone": 90}, "targets_per_kind": 100},
+                "oracle": {"email": 80, "phone": 90}, "targets_per_kind": PII_N},
     }
+    m["pii"]["top1"] = {k: _pii_top1(h) for k, h in m["pii"]["hits"].items()}
+    return m
 
 
 CLAIM_KEYS = ["dft_best", "ift_best", "gain10", "member_skew", "asymmetry", "per_step", "mismatch", "ablation",
@@ -240,8 +261,8 @@ BREAKS = {
     "mismatch_drop": (_set(("table4_instruct", "Para-modification reference", "AUC"), 73.0), {"mismatch"}),
     "mismatch_sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 79.0), {"mismatch"}),
     "ablation": (_set(("ablation", G, "mean instead of skewness", "AUC"), 83.0), {"ablation"}),
-    "pii_combine_kind": (_set(("pii", "hits", "Combine-0.1"), {"email": 60, "phone": 25}), {"pii_combine"}),
-    "pii_skew_alone": (_set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 45, "phone": 50}), {"pii_skew_alone"}),
+    "pii_combine_kind": (_set_pii("Combine-0.1", {"email": 60, "phone": 25}), {"pii_combine"}),
+    "pii_skew_alone": (_set_pii("Q-Skew (PII mask)", {"email": 45, "phone": 50}), {"pii_skew_alone"}),
 }
 
 
@@ -258,8 +279,9 @@ WITHIN_NOISE = {
     "dft_best": _set(("domain", G, "SAMA", "AUC"), 79.5),
     "ift_best": _set(("instruction", "Loss", "AUC"), 82.0),  # a tie
     "ablation": _set(("ablation", G, "w/o quantile weighting", "AUC"), 80.3),
-    "pii_combine": _set(("pii", "hits", "Combine-0.1"), {"email": 20, "phone": 31}),
-    "pii_skew_alone": _set(("pii", "hits", "Q-Skew (PII mask)"), {"email": 19, "phone": 30}),
+    # one target apart from CE: a paired band of 1.96 x sqrt(1 - 1/200) / 200 = 0.0098 on a margin of 0.005
+    "pii_combine": _set_pii("Combine-0.1", {"email": 20, "phone": 31}),
+    "pii_skew_alone": _set_pii("Q-Skew (PII mask)", {"email": 19, "phone": 30}),
     "member_skew": _set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.36),  # 0.04 against +-0.05
     "asymmetry": _set(("asymmetry", 0.75, "mean gain (nats)"), 0.19),  # a step of 0.01 against +-0.014
     "mismatch": _set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 75.5),  # worst 76.0 leads by 0.5
@@ -276,11 +298,28 @@ def test_claims_inside_the_noise_band_are_not_judged(key):
     assert "inside the noise band" in got[key]["evidence"]
 
 
+def test_pii_claims_compare_the_rankings_on_the_same_targets():
+    # Combine gets the CE hits and 10 more: 60 vs 50 of 200. As two independent samples that margin
+    # (0.05) lies inside a band of about 0.09; on the same targets only the 10 discordant ones vary.
+    from memlab import metrics, paper
+    m = _paper_like()
+    _set_pii("Combine-0.1", {"email": 25, "phone": 35})(m)
+    assert metrics.diff_band(0.3, 200, 0.25, 200) > 0.05
+    got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
+    assert got["pii_combine"]["verdict"] == "reproduced"
+    assert got["pii_combine"]["band"] == pytest.approx(1.96 * np.sqrt(10 - 100 / 200) / 200)
+    _set_pii("Combine-0.1", {"email": 20, "phone": 31})(m)  # 1 more than CE: inside its band
+    got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
+    assert got["pii_combine"]["verdict"] == paper.NOT_JUDGED
+    assert "1 targets only Combine-0.1 got, 0 only CE" in got["pii_combine"]["evidence"]
+
+
 def test_pii_claims_not_judged_without_the_truth_among_candidates():
     from memlab import paper
     m = _paper_like()
     m["pii"]["oracle"] = {"email": 0, "phone": 0}
-    m["pii"]["hits"] = {k: {"email": 0, "phone": 0} for k in m["pii"]["hits"]}
+    for k in m["pii"]["hits"]:
+        _set_pii(k, {"email": 0, "phone": 0})(m)
     got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
     for key in ("pii_combine", "pii_skew_alone"):
         assert got[key]["verdict"] == paper.NOT_JUDGED

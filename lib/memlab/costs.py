@@ -111,12 +111,14 @@ def read_log(book: Path) -> list[dict]:
     return [r for r in data.get("runs", []) if isinstance(r, dict)] if isinstance(data, dict) else []
 
 
-def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | None = None) -> dict | None:
+def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | None = None,
+           code: str | None = None) -> dict | None:
     """Append the cost of the published run ``payload`` (a results JSON) to ``<book>/costs.json``.
 
     ``wall_s`` is the runner's own measure (kernel start included). ``estimate_cpu_s`` is what
     :func:`estimate` predicted before the run, kept beside the measurement to show how close it
-    was. Returns the record, or None when the results carry no cost (an older kernel).
+    was. ``code`` is the chapter's ``CODE_VERSION``. Returns the record, or None when the results
+    carry no cost (an older kernel).
     """
     from memlab.fsutil import write_atomic
 
@@ -130,7 +132,7 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
            **{k: cost[k] for k in ("cpu_s", "threads", "peak_memory_mb", "trained", "loaded", "train_cpu_s")},
            "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
            "estimate_cpu_s": None if estimate_cpu_s is None else round(float(estimate_cpu_s), 1),
-           "keys": cost.get("keys", {})}
+           "code": code, "keys": cost.get("keys", {})}
     runs = read_log(book) + [rec]
     same = [r for r in runs if (r.get("chapter"), r.get("profile")) == (rec["chapter"], rec["profile"])]
     drop = {id(r) for r in same[:-KEEP_PER_CHAPTER]}
@@ -160,10 +162,13 @@ def _speedup(runs: list[dict], threads: int) -> float | None:
 
 
 def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iterable[Path],
-             is_cached: Callable[[str], bool]) -> dict:
+             is_cached: Callable[[str], bool], code: str | None = None) -> dict:
     """What the run about to start will cost, from the cost logs of ``books``.
 
     ``is_cached(key)`` says whether a cache entry is there now (:func:`memlab.cache.has`).
+    ``code``: the chapter's ``CODE_VERSION`` now; when the last recorded run was made at
+    another one, its cache keys are not this run's (they hash the code version), so none of
+    its models counts as cached and ``stale_code`` gives the recorded version.
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, and the wall seconds of
     each at ``threads`` threads when a recorded run at that thread count gives the ratio
@@ -179,6 +184,7 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     last = same[-1]
     by_key, by_stage = _key_costs(runs)
     keys = last.get("keys") or {}
+    stale = code is not None and last.get("code") not in (None, code)
     rest = max(0.0, float(last["cpu_s"]) - float(last.get("train_cpu_s") or 0.0))  # the run minus its training
     cold = this = rest
     cached = 0
@@ -188,7 +194,7 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
             stage = by_stage.get(e.get("stage", "?"))
             cost = sum(stage) / len(stage) if stage else 0.0
         cold += cost
-        if is_cached(k):
+        if not stale and is_cached(k):
             cached += 1
         else:
             this += cost
@@ -196,6 +202,8 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     out.update(known=True, models=len(keys), cached=cached, cold_cpu_s=round(cold, 1), this_cpu_s=round(this, 1),
                cold_wall_s=None if speed is None else round(cold / speed, 1),
                this_wall_s=None if speed is None else round(this / speed, 1), date=last.get("date"))
+    if stale:
+        out["stale_code"] = last["code"]
     return out
 
 
@@ -222,8 +230,11 @@ def estimate_line(chapter: str, profile: str, est: dict) -> str:
         s = est[f"{key}_wall_s"]
         return f"~{_minutes(s)} min wall at {t} threads" if s is not None else f"wall at {t} threads not yet measured"
 
+    cached = (f"{est['cached']} of {est['models']} models cached" if "stale_code" not in est else
+              f"the chapter's code changed since the recorded run (version {est['stale_code']}): "
+              "none of its models is reused")
     return (f"estimate: {chapter} at {profile}: a cold run ~{_minutes(est['cold_cpu_s'])} CPU-min "
-            f"({wall('cold')}); {est['cached']} of {est['models']} models cached, so this run "
+            f"({wall('cold')}); {cached}, so this run "
             f"~{_minutes(est['this_cpu_s'])} CPU-min ({wall('this')})")
 
 

@@ -349,7 +349,16 @@ def estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Pa
     from memlab.results import to_jsonable
 
     books = list(dict.fromkeys([book, root / "book"]))
-    return costs.estimate(chapter, profile, to_jsonable(cfg.to_dict()), threads, books, cache.has)
+    return costs.estimate(chapter, profile, to_jsonable(cfg.to_dict()), threads, books, cache.has,
+                          code=_code_version(chapter))
+
+
+def _code_version(chapter: str) -> str | None:
+    """The chapter package's ``CODE_VERSION`` (part of every cache key it writes), if it declares one."""
+    from memlab.config import chapter_module
+
+    version = getattr(chapter_module(chapter), "CODE_VERSION", None)
+    return None if version is None else str(version)
 
 
 def print_estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Path, file=None) -> dict:
@@ -371,7 +380,7 @@ def _record_cost(book: Path, chapter: str, wall_s: float, est: dict) -> None:
         payload = json.loads((book / "results" / f"{chapter}.json").read_text())
     except (OSError, ValueError):
         return
-    costs.record(book, payload, wall_s, est.get("this_cpu_s"))
+    costs.record(book, payload, wall_s, est.get("this_cpu_s"), code=_code_version(chapter))
 
 
 def run_chapter(

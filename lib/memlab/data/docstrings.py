@@ -1,7 +1,8 @@
 """A technical-English corpus available offline everywhere: docstrings of the Python standard library.
 
-Chapter 4 needs fine-tuning text from a domain other than its pre-training text
-(WikiText) that every machine has without a download. The standard library's
+Chapter 4 needs fine-tuning text from a domain other than WikiText that every machine
+has without a download, and a disjoint share of the same domain for its base's
+pre-training (:func:`split_corpus`). The standard library's
 docstrings are such a text: English prose about programming, read at runtime with
 :func:`inspect.getdoc` from a fixed list of pure-Python modules. The text is the
 same on every machine with the same Python version (``platform.python_version()``,
@@ -91,7 +92,23 @@ def docstring_corpus(modules=MODULES) -> str:
     return "\n\n".join(docstrings(modules))
 
 
-def corpus_info(text: str) -> dict:
-    """What identifies the corpus in a result: Python version, module count, size and a content hash."""
-    return {"python": platform.python_version(), "modules": len(MODULES), "chars": len(text),
+# The domain is split by module: the base's pre-training reads one half (so it knows the domain, as
+# LLaDA's web-scale pre-training knows WikiText's), the fine-tuning members and non-members come from
+# the other half, whose texts it has never seen.
+PRETRAIN_MODULES: tuple[str, ...] = MODULES[0::2]
+GAP_MODULES: tuple[str, ...] = MODULES[1::2]
+
+
+def split_corpus() -> tuple[str, str]:
+    """(pre-training share, fine-tuning share): the docstrings of :data:`PRETRAIN_MODULES` and of
+    :data:`GAP_MODULES` as two texts; a docstring both halves hold (an inherited one) is kept only in the
+    pre-training share, so no fine-tuning text was pre-trained on."""
+    pre = docstrings(PRETRAIN_MODULES)
+    seen = set(pre)
+    return "\n\n".join(pre), "\n\n".join(d for d in docstrings(GAP_MODULES) if d not in seen)
+
+
+def corpus_info(text: str, modules=MODULES) -> dict:
+    """What identifies a corpus in a result: Python version, module count, size and a content hash."""
+    return {"python": platform.python_version(), "modules": len(modules), "chars": len(text),
             "words": len(text.split()), "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]}

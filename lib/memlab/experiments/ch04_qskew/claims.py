@@ -3,7 +3,7 @@
 ``METRIC_KEYS`` lists every key the chapter records; ``MEASURED`` the profiles the claims are
 judged at and ``HEADLINE`` the domain setting they judge; each predicate returns (holds, evidence)
 and computes its noise band from the recorded metrics (``memlab.metrics.auc_diff_band``,
-``memlab.metrics.diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
+``memlab.metrics.paired_diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
 :func:`claims` declares them. Whether a claim's setting is in the paper's regime (the base reads
 context on the fine-tuning text) is the yaml's ``regimes:`` gate, not a predicate here.
 """
@@ -13,7 +13,7 @@ import numpy as np
 
 from memlab import paper
 from memlab.metrics import auc_diff_band as _auc_band
-from memlab.metrics import diff_band
+from memlab.metrics import paired_diff_band
 
 from .spec import CHAPTER
 
@@ -212,11 +212,15 @@ def _pii_judgeable(m: dict) -> tuple[dict, int, str]:
     return h, n, oracle
 
 
-def _pii_margin(h: dict, a: str, b: str, n: int, what: str) -> float:
-    """Total top-1 hit rate of ranking a minus b over 2n targets; NotJudged inside the diff_band."""
-    pa, pb = sum(h[a].values()) / (2 * n), sum(h[b].values()) / (2 * n)
-    band = diff_band(pa, 2 * n, pb, 2 * n)
-    paper.outside_noise(pa - pb, band, f"{what}: hit rate {100 * pa:.0f}% vs {100 * pb:.0f}% of {2 * n}")
+def _pii_margin(m: dict, a: str, b: str, what: str) -> float:
+    """Top-1 hit rate of ranking a minus b over the same targets; NotJudged inside the paired band
+    (:func:`memlab.metrics.paired_diff_band`: only the targets the two rankings disagree on vary)."""
+    top1 = m["pii"]["top1"]
+    ta, tb = np.asarray(top1[a], dtype=float), np.asarray(top1[b], dtype=float)
+    band = paired_diff_band(ta, tb)
+    paper.outside_noise(ta.mean() - tb.mean(), band,
+                        f"{what}: hit rate {100 * ta.mean():.0f}% vs {100 * tb.mean():.0f}% of {ta.size}, "
+                        f"{int(np.sum(ta > tb))} targets only {a} got, {int(np.sum(tb > ta))} only {b}")
     return band
 
 
@@ -225,7 +229,7 @@ def _pii_combine(m: dict) -> tuple[bool, str]:
     and more in total, by more than the noise band on the total hit rates."""
     h, n, oracle = _pii_judgeable(m)
     comb = [k for k in h if k.startswith("Combine")][0]
-    band = _pii_margin(h, comb, "CE", n, f"{comb} minus CE ({oracle})")
+    band = _pii_margin(m, comb, "CE", f"{comb} minus CE ({oracle})")
     ok = all(h[comb][kind] >= h["CE"][kind] for kind in ("phone", "email")) and sum(h[comb].values()) > sum(h["CE"].values())
     return ok, (f"top-1 hits CE phone {h['CE']['phone']}/{n}, email {h['CE']['email']}/{n}; "
                 f"{comb} phone {h[comb]['phone']}/{n}, email {h[comb]['email']}/{n}; {oracle}; "
@@ -236,7 +240,7 @@ def _pii_skew_alone(m: dict) -> tuple[bool, str]:
     """Checks that ranking by Q-Skew over the PII tokens alone gives fewer top-1 hits in total than CE."""
     h, n, oracle = _pii_judgeable(m)
     q = "Q-Skew (PII mask)"
-    band = _pii_margin(h, "CE", q, n, f"CE minus {q} ({oracle})")
+    band = _pii_margin(m, "CE", q, f"CE minus {q} ({oracle})")
     return sum(h[q].values()) < sum(h["CE"].values()), (
         f"{q} {sum(h[q].values())} hits vs CE {sum(h['CE'].values())} of {2 * n}; {oracle}; "
         f"band \u00b1{100 * band:.0f} points")

@@ -8,7 +8,7 @@ from memlab import mia
 from memlab.config import SEED_HIGH, ConfigError, Param
 
 CHAPTER = "04_qskew"
-CODE_VERSION = "2"  # 2: 4000-step base at block 48, rho-true cyclic masks, SecMI t-error
+CODE_VERSION = "3"  # 3: base pre-trained on half the docstring modules; 2: 4000-step base at block 48
 
 SPEC: dict[str, Param] = {
     "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="base seed; run r uses seed + r"),

@@ -21,6 +21,7 @@ import torch
 
 from memlab import cache, metrics, mia
 from memlab.config import ConfigError, device, seed_everything
+from memlab.data import docstrings
 from memlab.data import pii as pii_data
 from memlab.data.text import instruction_pairs, perturb, stream_blocks
 from memlab.models import diffusion_lm as dlm
@@ -96,7 +97,11 @@ def prepare(cfg) -> Setup:
     from memlab.data.text import load_wikitext2
 
     seed_everything(cfg.seed)
-    pre_text, eval_text = load_wikitext2("test"), load_wikitext2("valid")
+    wiki_text, eval_text = load_wikitext2("test"), load_wikitext2("valid")
+    # The tiny base pre-trains on WikiText-2 test and one half of the docstring domain; the gap
+    # setting fine-tunes on the other half (memlab.data.docstrings.split_corpus).
+    doc_pre, doc_gap = docstrings.split_corpus()
+    pre_text = wiki_text + "\n\n" + doc_pre
     codec = _codec(cfg, [pre_text, eval_text])
     dft = stream_blocks(codec.encode(eval_text), cfg.block_len)
     ift = instruction_pairs(eval_text, codec, cfg.ift_len)
@@ -104,16 +109,13 @@ def prepare(cfg) -> Setup:
             "n_nonmembers": cfg.n_nonmembers, "runs": cfg.runs}
     gap = None
     if "gap" in cfg.domains:
-        from memlab.data import docstrings
-
-        doc_text = docstrings.docstring_corpus()
-        gap = stream_blocks(codec.encode(doc_text), cfg.block_len)
+        gap = stream_blocks(codec.encode(doc_gap), cfg.block_len)
         info["gap_blocks"] = int(gap.shape[0])
-        info["gap_corpus"] = docstrings.corpus_info(doc_text)
+        info["gap_corpus"] = docstrings.corpus_info(doc_gap, docstrings.GAP_MODULES)
     if cfg.backbone == "tiny":
         arch = _arch(cfg, codec)
         pre = stream_blocks(codec.encode(pre_text), max(cfg.block_len, cfg.ift_len))
-        pre_ift = instruction_pairs(pre_text, codec, cfg.ift_len)
+        pre_ift = instruction_pairs(wiki_text, codec, cfg.ift_len)
         key = {"arch": arch, "steps": cfg.pretrain_steps, "lr": cfg.pretrain_lr, "seed": cfg.seed,
                "data": _digest(pre)}
         base = cache.load_or_train(
@@ -132,6 +134,7 @@ def prepare(cfg) -> Setup:
                                                              "ift": _digest(pre_ift[0])},
                                        lambda: _build_tiny(arch), make_instruct, CODE_VERSION)
         info["pretrain_blocks"] = int(pre.shape[0])
+        info["pretrain_corpus"] = docstrings.corpus_info(doc_pre, docstrings.PRETRAIN_MODULES)
         info["params"] = sum(p.numel() for p in base.parameters())
     else:
         base_path, instruct_path = model_paths(cfg)
@@ -365,7 +368,9 @@ def pii_experiment(setup: Setup) -> dict:
     reconstructed and its candidates ranked by :func:`memlab.mia.reconstruct_pii` (CE, Q-Skew
     over the PII or the context, and their combination with ``alpha``). Success = the top
     candidate equals the true PII string. Returns hit and oracle counts per ranking and kind,
-    the targets per kind ``n``, example rows and the memorisation DataFrame.
+    ``top1`` (each ranking's 0/1 success per target, in record order: the paired comparisons of
+    the claims need which targets each got), the targets per kind ``n``, example rows and the
+    memorisation DataFrame.
     """
     cfg = setup.cfg
     codec = setup.codec
@@ -379,6 +384,7 @@ def pii_experiment(setup: Setup) -> dict:
     g = torch.Generator().manual_seed(cfg.seed)
     methods = ("CE", "Q-Skew (PII mask)", "Q-Skew (context mask)", f"Combine-{cfg.alpha:g}")
     hits = {m: {"email": 0, "phone": 0} for m in methods}
+    top1 = {m: [0] * len(records) for m in methods}  # a target whose reconstruction fails stays 0
     oracle = {"email": 0, "phone": 0}
     examples = []
     for i in progress(range(len(records)), desc="PII targets"):
@@ -397,10 +403,11 @@ def pii_experiment(setup: Setup) -> dict:
                  methods[3]: got["combined"]}
         oracle[rec.kind] += int(truth in texts)
         for m, s in ranks.items():
-            hits[m][rec.kind] += int(texts[int(np.argmax(s))] == truth)
+            top1[m][i] = int(texts[int(np.argmax(s))] == truth)
+            hits[m][rec.kind] += top1[m][i]
         if len(examples) < 6:
             examples.append({"kind": rec.kind, "truth": truth, "CE top-1": texts[int(np.argmax(-ce))],
                              "combined top-1": texts[int(np.argmax(ranks[methods[3]]))],
                              "unique candidates": len(texts), "truth among candidates": truth in texts})
-    return {"hits": hits, "oracle": oracle, "n": cfg.pii_targets, "examples": pd.DataFrame(examples),
+    return {"hits": hits, "top1": top1, "oracle": oracle, "n": cfg.pii_targets, "examples": pd.DataFrame(examples),
             "memorisation": memo}

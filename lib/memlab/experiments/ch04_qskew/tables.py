@@ -218,9 +218,9 @@ def asymmetry_metrics(asym: dict) -> dict:
 
 
 def pii_metrics(pii: dict, cfg) -> dict:
-    """``pii``: Table 6's hits and oracle counts, the targets per kind, the CE mask share, the PII
-    fine-tuning epochs and the memorisation NLLs (nats/token)."""
-    return {"pii": {"hits": pii["hits"], "oracle": pii["oracle"], "targets_per_kind": pii["n"],
+    """``pii``: Table 6's hits and oracle counts, each ranking's per-target top-1 successes, the targets
+    per kind, the CE mask share, the PII fine-tuning epochs and the memorisation NLLs (nats/token)."""
+    return {"pii": {"hits": pii["hits"], "top1": pii["top1"], "oracle": pii["oracle"], "targets_per_kind": pii["n"],
                     "ce_mask_share": cfg.pii_ce_share, "epochs": cfg.pii_epochs,
                     "memorisation": pii["memorisation"].to_dict(orient="index")}}
 
