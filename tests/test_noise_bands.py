@@ -31,9 +31,13 @@ def test_paired_diff_band_closed_form_and_refusals():
     # 100 items: a alone right on 10, b alone on 4, both on 50: only the 14 discordant items count
     a = np.r_[np.ones(10), np.zeros(4), np.ones(50), np.zeros(36)]
     b = np.r_[np.zeros(10), np.ones(4), np.ones(50), np.zeros(36)]
-    want = 1.96 * np.sqrt(14 - 6 ** 2 / 100) / 100
+    p10, p01 = 10.5 / 102, 4.5 / 102  # half an item added to each cell (Agresti-Min)
+    want = 1.96 * np.sqrt((p10 + p01 - (p10 - p01) ** 2) / 102)
     assert metrics.paired_diff_band(a, b) == pytest.approx(want, rel=1e-12)
-    assert metrics.paired_diff_band(a, a) == 0.0  # identical rankings: no noise on their difference
+    # about the plain Wald band of the 14 discordant items, z * sqrt(14 - 6^2 / 100) / 100
+    assert metrics.paired_diff_band(a, b) == pytest.approx(1.96 * np.sqrt(14 - 36 / 100) / 100, rel=0.05)
+    # two methods that agree on every item: a band of half an item each way, not zero
+    assert metrics.paired_diff_band(a, a) == pytest.approx(1.96 * np.sqrt(1 / 102 / 102), rel=1e-12)
     assert metrics.paired_diff_band(a, b) < metrics.diff_band(a.mean(), 100, b.mean(), 100)
     with pytest.raises(ValueError, match="same items"):
         metrics.paired_diff_band(a, b[:50])

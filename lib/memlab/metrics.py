@@ -79,12 +79,14 @@ def diff_band(p1: float, n1: int, p2: float, n2: int, z: float = 1.96) -> float:
 
 
 def paired_diff_band(a, b, z: float = 1.96) -> float:
-    """Half-width of a normal-approximation interval on ``mean(a) - mean(b)``, two outcomes of the same items.
+    """Half-width of an interval on ``mean(a) - mean(b)``, two 0/1 outcomes of the same items.
 
     ``a``, ``b``: (n,) 0/1 outcomes of two methods on the same n items (e.g. top-1 hits of two
     rankings on the same targets). Only the items they disagree on carry noise: with ``n10`` items
-    a got and b missed and ``n01`` the reverse, z * sqrt(n10 + n01 - (n10 - n01)^2 / n) / n (the
-    Wald interval of a difference of paired proportions, the interval behind McNemar's test).
+    a got and b missed and ``n01`` the reverse, the Agresti-Min interval of a difference of paired
+    proportions (the Wald interval behind McNemar's test with half an item added to each of the four
+    cells, so that two methods that agree everywhere still get a band): with
+    p10 = (n10 + 1/2) / (n + 2) and p01 = (n01 + 1/2) / (n + 2), z * sqrt((p10 + p01 - (p10 - p01)^2) / (n + 2)).
     Narrower than :func:`diff_band`, which treats the two as independent samples.
     """
     a, b = _as_1d("a", a), _as_1d("b", b)
@@ -92,9 +94,10 @@ def paired_diff_band(a, b, z: float = 1.96) -> float:
         raise ValueError(f"paired_diff_band: a and b must be outcomes of the same items (got {a.size} and {b.size})")
     if not (np.isin(a, (0, 1)).all() and np.isin(b, (0, 1)).all()):
         raise ValueError("paired_diff_band: outcomes must be 0 or 1")
-    n = a.size
-    n10, n01 = float(np.sum((a == 1) & (b == 0))), float(np.sum((a == 0) & (b == 1)))
-    return float(z * np.sqrt(max(0.0, n10 + n01 - (n10 - n01) ** 2 / n)) / n)
+    m = a.size + 2
+    p10 = (np.sum((a == 1) & (b == 0)) + 0.5) / m
+    p01 = (np.sum((a == 0) & (b == 1)) + 0.5) / m
+    return float(z * np.sqrt((p10 + p01 - (p10 - p01) ** 2) / m))
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
