@@ -105,11 +105,15 @@ pd.set_option("display.precision", 1)
 setup = ch.prepare(cfg)
 run.record(setup=setup.info)
 display(
-    pd.Series({k: v for k, v in setup.info.items() if not k.endswith("_corpus")}, name="value")
+    pd.Series({k: v for k, v in setup.info.items() if not k.endswith("_corpus")},
+              name="value")
     .astype(str)
     .to_frame()
 )
-corpora = {"pre-training share": "pretrain_corpus", "fine-tuning share (domain gap)": "gap_corpus"}
+corpora = {
+    "pre-training share": "pretrain_corpus",
+    "fine-tuning share (domain gap)": "gap_corpus",
+}
 corpora = {name: setup.info[k] for name, k in corpora.items() if k in setup.info}
 if corpora:
     display(pd.DataFrame(corpora).rename_axis("docstring corpus"))
