@@ -226,7 +226,7 @@ def _pii_margin(m: dict, a: str, b: str, what: str) -> float:
 
 def _pii_combine(m: dict) -> tuple[bool, str]:
     """Checks that the combined CE + skewness ranking has at least CE's top-1 hits for phone and e-mail,
-    and more in total, by more than the noise band on the total hit rates."""
+    and more in total, by more than the paired noise band on the two rankings' hit rates."""
     h, n, oracle = _pii_judgeable(m)
     comb = [k for k in h if k.startswith("Combine")][0]
     band = _pii_margin(m, comb, "CE", f"{comb} minus CE ({oracle})")
