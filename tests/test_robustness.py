@@ -264,6 +264,18 @@ def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
     text = pagekit.findings_markdown(rows, ["c1"], basis=basis)
     assert "pooled over 3 seeds" in text and "Reproduced" in text
     assert "single-seed" in pagekit.published_verdicts(CHAPTER, own, book=tmp_path / "nothing")[1]
+    # the chapter's claims table gets the pooled verdicts beside this run's, as its Across seeds column
+    across = pagekit.pooled_across(CHAPTER, book=root)
+    assert across == {"c1": ("reproduced, pooled over 3 seeds; per seed: reproduced in 0 of 0 runs "
+                              "(3 not judged)")}
+    from memlab import paper
+
+    html = paper.claims_table(own, across=across)._repr_html_()
+    assert "<th>Across seeds</th>" in html and "reproduced, pooled over 3 seeds" in html
+    assert pagekit.pooled_across(CHAPTER, book=tmp_path / "nothing") is None
+    stale, _ = _pooled_sweep(tmp_path / "old", [0.4, 0.45, 0.42], code="0ld")
+    robustness.publish(stale, tmp_path / "old-book")
+    assert pagekit.pooled_across(CHAPTER, book=tmp_path / "old-book") is None  # earlier code: no column
 
 
 def test_an_old_summary_without_pooled_rows_still_renders(tmp_path):

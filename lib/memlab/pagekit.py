@@ -238,17 +238,36 @@ def published_verdicts(chapter: str, verdicts: Sequence[dict], book=None) -> tup
     code (:func:`memlab.robustness.current_pooled`), its pooled rows (:mod:`memlab.pooling`) replace
     this run's, claim by claim; otherwise this run's ``verdicts`` are returned as single-seed.
     """
-    from pathlib import Path
+    from memlab import pooling
 
-    from memlab import pooling, robustness
-
-    book = Path(book) if book is not None else config.repo_root() / "book"
-    now = {"provenance": {"chapter_code": results.chapter_code(chapter)}}
-    found = robustness.current_pooled(book, chapter, now)
+    found = _current_sweep(chapter, book)
     if found is None:
         return list(verdicts), pooling.basis_words(1)
     by_key = {r["key"]: r for r in found[0]}
     return [by_key.get(v["key"], v) for v in verdicts], pooling.basis_words(found[1])
+
+
+def _current_sweep(chapter: str, book=None) -> tuple[list[dict], int] | None:
+    """The pooled rows and seed count of ``book``'s (default the repository's ``book/``) published
+    seed sweep of the chapter's current code (:func:`memlab.robustness.current_pooled`), or None."""
+    from pathlib import Path
+
+    from memlab import robustness
+
+    book = Path(book) if book is not None else config.repo_root() / "book"
+    now = {"provenance": {"chapter_code": results.chapter_code(chapter)}}
+    return robustness.current_pooled(book, chapter, now)
+
+
+def pooled_across(chapter: str, book=None) -> dict[str, str] | None:
+    """The claims table's "Across seeds" column from a published seed sweep of the chapter's current
+    code: claim key -> "reproduced, pooled over 3 seeds; per seed: reproduced in 2 of 3 runs"; None without one
+    (the table then has no such column and the page's verdicts are single-seed)."""
+    found = _current_sweep(chapter, book)
+    if found is None:
+        return None
+    return {r["key"]: f"{r['verdict']}, pooled over {r.get('n_seeds', found[1])} seeds; per seed: "
+                      f"{r.get('across', '')}" for r in found[0]}
 
 
 def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> str:
@@ -270,7 +289,9 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
     chapter gets its gates with no notebook edit.
 
     ``metrics`` overrides what the claims read (default ``run.metrics``); ``across`` (claim key ->
-    text) adds the claims table's "Across seeds" column. Returns the verdicts (JSON-able dicts).
+    text) adds the claims table's "Across seeds" column, by default the pooled verdicts of a published
+    seed sweep of the chapter's current code (:func:`pooled_across`). Returns the verdicts (JSON-able
+    dicts): this run's own, single-seed.
     The findings box is glued once, by :func:`closing_summary` (with ``chapter``) or
     :func:`glue_findings`: a key glued twice is a build warning.
     """
@@ -279,6 +300,8 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
     chapter = run.chapter
     verdicts = paper.evaluate(claims, run.metrics if metrics is None else metrics, run.cfg.profile,
                               reasons=paper.reasons(chapter), regimes=paper.regimes(chapter))
+    if across is None:  # a published seed sweep of this code: its pooled verdicts beside this run's
+        across = pooled_across(chapter)
     display(paper.claims_table(verdicts, across=across))
     run.save(claims=verdicts)
     glue_counts(chapter, verdicts)

@@ -22,6 +22,8 @@ from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError
 
 SEED_SWEEP = "memlab sweep {chapter} --profile cpu -p seed 0..2"
+# the verdict-stability record (memlab.stability), relative to the repository root
+STABILITY_RECORD = Path("benchmarks") / "results" / "verdict_stability.json"
 
 
 def is_seed(name: str) -> bool:
@@ -121,7 +123,7 @@ def load_other_axes(book: Path, chapter: str) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted((Path(book) / "robustness").glob(f"{chapter}--*.json"))]
 
 
-def _seed_group(summary: dict) -> dict | None:
+def seed_group(summary: dict) -> dict | None:
     """The group whose only varied parameters are seeds (the published settings), else the first."""
     groups = summary.get("groups", [])
     plain = [g for g in groups if not g.get("params")]
@@ -147,7 +149,7 @@ def is_current(summary: dict | None, published: dict | None) -> bool:
 
 def claim_counts(summary: dict | None) -> dict[str, str]:
     """``{claim key: "reproduced in k of n runs"}`` for the seed group of a summary ({} for None)."""
-    group = _seed_group(summary) if summary else None
+    group = seed_group(summary) if summary else None
     return {key: c["text"] for key, c in (group or {}).get("claims", {}).items()}
 
 
@@ -156,7 +158,7 @@ def pooled_verdicts(summary: dict | None) -> dict[str, dict]:
 
     ``{}`` for None or a summary written before pooled rows existed (it still loads).
     """
-    group = _seed_group(summary) if summary else None
+    group = seed_group(summary) if summary else None
     return {r["key"]: r for r in (group or {}).get("pooled", []) if isinstance(r, dict) and "key" in r}
 
 
@@ -198,7 +200,7 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     pooled = pooled_verdicts(summary)
     rows = []
-    for key, c in (_seed_group(summary) or {}).get("claims", {}).items():
+    for key, c in (seed_group(summary) or {}).get("claims", {}).items():
         share = _share(c.get("reproduced", 0), c.get("n", 0))
         p = pooled.get(key)
         rows.append(
@@ -324,8 +326,10 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
                      f"{', '.join(axes)}, pooled, claim by claim (share of runs giving each verdict).")]
 
 
-def write_page(book: Path, dest: Path | None = None) -> Path:
-    """``robustness.md``: every chapter's claims with how many seeds reproduce them."""
+def write_page(book: Path, dest: Path | None = None, stability_record: Path | None = None) -> Path:
+    """``robustness.md``: every chapter's claims with how many seeds reproduce them, then how many
+    verdicts moved under other kernels (``stability_record``, default the repository's
+    ``benchmarks/results/verdict_stability.json`` beside ``book``; :mod:`memlab.stability`)."""
     from memlab.results import load_results
 
     book = Path(book)
@@ -347,7 +351,59 @@ def write_page(book: Path, dest: Path | None = None) -> Path:
         lines += _chapter_section(book, cid, published, load(book, cid))
         for other in load_other_axes(book, cid):
             lines += _axis_section(book, published, other)
+    record_path = Path(stability_record) if stability_record else book.resolve().parent / STABILITY_RECORD
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        record = None  # not measured yet: the section says what to run
+    lines += stability_section(record)
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "robustness.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def _side_words(k: dict) -> str:
+    return f"{k['isa']} kernels, {k['threads']} thread(s)"
+
+
+def stability_section(record: dict | None) -> list[str]:
+    """The page's "Verdicts under other kernels" section (markdown lines) from the record
+    :data:`STABILITY_RECORD` (:mod:`memlab.stability`), or what to run where there is none."""
+    lines = ["## Verdicts under other kernels", ""]
+    chapters = ((record or {}).get("measurements") or {}).get("chapters") or []
+    if not chapters:
+        return lines + ["Not measured yet: `python benchmarks/bench_verdict_stability.py CHAPTER` re-runs a "
+                        "chapter's published seed sweep with other kernels and writes the record.", ""]
+    t = record["measurements"]["totals"]
+    lines += [
+        "The same code and seeds, re-run with other CPU kernels (another vector instruction set or thread "
+        "count: float sums in another order, so slightly different weights), then compared verdict by "
+        "verdict with the published sweep (`memlab.stability`, made with "
+        "`python benchmarks/bench_verdict_stability.py`). A *flip* is any change of verdict; a "
+        "*reversal* is reproduced against not reproduced.", "",
+        f"**Single-seed verdicts flipped {t['per_seed_flips']} times in {t['per_seed_compared']} "
+        f"({t['per_seed_reversals']} reversals); verdicts pooled over the seeds flipped "
+        f"{t['pooled_flips']} times in {t['pooled_compared']} ({t['pooled_reversals']} reversals).**", ""]
+    head = "".join(f"<th>{h}</th>" for h in ("Chapter", "Published sweep", "Re-run with", "Seeds",
+                                              "Single-seed flips", "Pooled flips"))
+    rows = []
+    for c in chapters:
+        title = CHAPTERS[c["chapter"]].title if c["chapter"] in CHAPTERS else c["chapter"]
+        cells = [title, _side_words(c["a"]), _side_words(c["b"]), ", ".join(map(str, c["seeds_compared"])),
+                 f"{c['per_seed_flips']} of {c['per_seed_compared']}",
+                 f"{len(c['pooled_flips'])} of {c['pooled_compared']}"]
+        labels = ("Chapter", "Published sweep", "Re-run with", "Seeds", "Single-seed flips", "Pooled flips")
+        rows.append("<tr>" + "".join(f'<td data-label="{lab}">{escape(str(x))}</td>'
+                                     for lab, x in zip(labels, cells)) + "</tr>")
+    lines += ['<table class="memlab-claims memlab-robustness"><thead><tr>' + head + "</tr></thead><tbody>"
+              + "".join(rows) + "</tbody></table>", ""]
+    for c in chapters:
+        title = CHAPTERS[c["chapter"]].title if c["chapter"] in CHAPTERS else c["chapter"]
+        moved = [f"- seed {s['seed']}: {r['claim']}: {r['a']} \u2192 {r['b']}"
+                 for s in c["per_seed"] for r in s["changed"]]
+        pooled = [f"- **pooled**: {f['claim']}: {f['a']} (margin {f['margin_a']}) \u2192 {f['b']} "
+                  f"(margin {f['margin_b']}); {f['why']}." for f in c["pooled_flips"]]
+        if moved or pooled:
+            lines += [f"{title}: what moved", "", *pooled, *moved, ""]
+    return lines
