@@ -70,7 +70,7 @@ pd.set_option("display.precision", 1)
 # WikiText-2 *test* split and the docstrings of 28 of the 56 standard-library modules below: a ratio
 # $t \sim U(0,1)$ is drawn per sequence, every token is masked with probability $t$, and the
 # cross-entropy on masked tokens is weighted by $1/t$. At `cpu` it is pre-trained for 4000 batches of
-# 32 blocks of 48 tokens (about 10 passes over the text), long enough that it reads context (next
+# 32 blocks of 48 tokens (about 11 passes over the text), long enough that it reads context (next
 # section). An "instruct" variant is the base trained further on
 # instruction pairs from the same test split. Both are cached: the pre-training is the chapter's
 # cold cost (given at the end of the chapter, as measured).
