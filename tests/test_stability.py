@@ -22,9 +22,11 @@ def _verdict(m: float, band: float) -> str:
 
 
 def _sweep(folder: Path, margins: list[float], device: str, threads: int, code: str | None = "c0de",
-           vote: list[str] | None = None, band: float = 0.5) -> dict:
+           vote: list[str] | None = None, band: float = 0.5, gated: bool = False) -> dict:
     """A real sweep folder (one run per margin, seeds 0, 1, ...) of claim c1 (a margin, ``band``) and,
-    with ``vote``, claim c2 (a verdict with no margin); summarised by :func:`memlab.sweep.summarize`."""
+    with ``vote``, claim c2 (a verdict with no margin); summarised by :func:`memlab.sweep.summarize`.
+    ``gated``: c1's regime gate fails in every run, so its published verdict is outside the regime and
+    its own verdict is kept as ``ungated`` (as :func:`memlab.paper.evaluate` writes it)."""
     runs = [f"seed-{s}" for s in range(len(margins))]
     for s, (run, m) in enumerate(zip(runs, margins)):
         (folder / run / "results").mkdir(parents=True)
@@ -32,6 +34,12 @@ def _sweep(folder: Path, margins: list[float], device: str, threads: int, code: 
                                                            "params": {"seed": s}}))
         claims = [{"key": "c1", "claim": "A margin claim", "source": "T1", "verdict": _verdict(m, band),
                    "evidence": "", "kind": "claim", "margin": m, "band": band, "what": "q"}]
+        if gated:
+            c = claims[0]
+            c["ungated"] = {"verdict": c["verdict"], "evidence": ""}
+            c["verdict"] = "outside the paper's regime"
+            c["regime"] = {"name": "r", "text": "a regime", "why": "", "holds": False,
+                           "measured": [{"label": "accuracy", "metric": "acc", "at_least": 0.9, "value": 0.5}]}
         if vote:
             claims.append({"key": "c2", "claim": "A vote claim", "source": "T2", "verdict": vote[s],
                            "evidence": "", "kind": "claim"})
@@ -162,3 +170,19 @@ def test_benchmark_refuses_before_any_run(tmp_path):
     assert out.returncode == 2 and "change neither" in out.stderr and not (tmp_path / "sw").exists()
     out = _bench(tmp_path, CHAPTER, "--book", str(book), "--threads", "0")
     assert out.returncode == 2 and "--threads 0" in out.stderr
+
+
+def test_what_a_failed_regime_gate_hides_is_compared_apart(tmp_path):
+    # published: outside the regime in every seed on both sides (no flip); behind the gate seed 1's own
+    # verdict moved (reproduced -> not judged), the pooled own verdict (reproduced) did not
+    a = _sweep(tmp_path / "a", [0.6, 0.55, 0.6], AVX512, 2, gated=True)
+    b = _sweep(tmp_path / "b", [0.6, 0.45, 0.6], AVX2, 1, gated=True)
+    assert a["run_ungated"]["seed-1"] == {"c1": "reproduced"} and b["run_ungated"]["seed-1"] == {"c1": "not judged"}
+    r = stability.compare_summaries(a, b)
+    assert r["per_seed_flips"] == 0 and r["pooled_flips"] == []
+    hidden = r["behind_gates"]
+    assert hidden["per_seed_compared"] == 3 and hidden["pooled_compared"] == 1 and hidden["pooled_flips"] == []
+    assert [(x["seed"], x["a"], x["b"]) for x in hidden["per_seed_flips"]] == [(1, "reproduced", "not judged")]
+    rec = {"measurements": {"chapters": [r], "totals": stability.totals([r])}}
+    text = "\n".join(robustness.stability_section(rec))
+    assert "behind its regime gates" in text and "single-seed flips 1 of 3, pooled flips 0 of 1" in text

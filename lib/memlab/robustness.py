@@ -406,4 +406,10 @@ def stability_section(record: dict | None) -> list[str]:
                   f"(margin {f['margin_b']}); {f['why']}." for f in c["pooled_flips"]]
         if moved or pooled:
             lines += [f"{title}: what moved", "", *pooled, *moved, ""]
+        hidden = c.get("behind_gates") or {}
+        if hidden.get("per_seed_compared"):
+            lines += [f"{title}, behind its regime gates (the own verdicts of claims outside the paper's regime "
+                      "on both sides, never published): single-seed flips "
+                      f"{len(hidden['per_seed_flips'])} of {hidden['per_seed_compared']}, pooled flips "
+                      f"{len(hidden['pooled_flips'])} of {hidden['pooled_compared']}.", ""]
     return lines

@@ -86,7 +86,8 @@ def compare_summaries(a: dict, b: dict) -> dict:
     ``a``/``b`` (kernels, seeds), ``per_seed`` (one entry per common seed: ``compared``, ``changed``
     rows ``{key, claim, a, b}``), ``per_seed_compared``, ``per_seed_flips``, ``per_seed_reversals``,
     ``pooled_compared``, ``pooled_flips`` (rows with both margins and :func:`_why`),
-    ``pooled_reversals``. Raises ValueError for summaries of two chapters, without per-run
+    ``pooled_reversals``, and ``behind_gates``: the same counts for the own verdicts of claims whose
+    regime gate failed on both sides (``run_ungated``; never published, but what the gate hides). Raises ValueError for summaries of two chapters, without per-run
     verdicts, or without a seed in common.
     """
     if a.get("chapter") != b.get("chapter"):
@@ -118,6 +119,19 @@ def compare_summaries(a: dict, b: dict) -> dict:
               "why": _why(pa[k], pb[k])}
              for k in pooled_keys if pa[k]["verdict"] != pb[k]["verdict"]]
     changed_rows = [c for s in per_seed for c in s["changed"]]
+    # behind the regime gates: a claim outside its regime keeps its own verdict (never published);
+    # whether that moves with the kernels says what the gate hides
+    behind, behind_compared = [], 0
+    for seed in common:
+        ua = (a.get("run_ungated") or {}).get(seeds_a[seed], {})
+        ub = (b.get("run_ungated") or {}).get(seeds_b[seed], {})
+        for k in sorted(set(ua) & set(ub)):
+            behind_compared += 1
+            if ua[k] != ub[k]:
+                behind.append({"seed": seed, "key": k, "claim": texts.get(k, k), "a": ua[k], "b": ub[k]})
+    pooled_behind = [(k, (pa[k].get("ungated") or {}).get("verdict"), (pb[k].get("ungated") or {}).get("verdict"))
+                     for k in pooled_keys]
+    pooled_behind = [(k, x, y) for k, x, y in pooled_behind if x and y]
     return {"chapter": a["chapter"], "profile": a.get("profile"),
             "a": {**kernels(a), "seeds": sorted(seeds_a, key=str)},
             "b": {**kernels(b), "seeds": sorted(seeds_b, key=str)},
@@ -126,7 +140,11 @@ def compare_summaries(a: dict, b: dict) -> dict:
             "per_seed_flips": len(changed_rows),
             "per_seed_reversals": sum(_is_reversal(c["a"], c["b"]) for c in changed_rows),
             "pooled_compared": len(pooled_keys), "pooled_flips": flips,
-            "pooled_reversals": sum(_is_reversal(f["a"], f["b"]) for f in flips)}
+            "pooled_reversals": sum(_is_reversal(f["a"], f["b"]) for f in flips),
+            "behind_gates": {"per_seed_compared": behind_compared, "per_seed_flips": behind,
+                             "pooled_compared": len(pooled_behind),
+                             "pooled_flips": [{"key": k, "claim": texts.get(k, k), "a": x, "b": y}
+                                              for k, x, y in pooled_behind if x != y]}}
 
 
 def totals(chapters: list[dict]) -> dict[str, int]:

@@ -19,8 +19,8 @@ by the scheduler (``distributed.scheduler.allowed-failures``, 3 by default).
 ``summary.json`` (and ``summary.png``) per group of non-seed parameters: per numeric metric the mean
 and a Student-t 95% interval across runs, per claim how many runs reproduce it, and ``pooled``: one
 verdict row per claim pooled over the group's seeds (:mod:`memlab.pooling`). It also keeps each run's
-provenance (commit, chapter code, CPU and vector ISA, threads) and its own verdicts (``run_verdicts``),
-so a published summary can be compared seed by seed with another sweep (:mod:`memlab.stability`).
+provenance (commit, chapter code, CPU and vector ISA, threads) and its own verdicts (``run_verdicts``;
+``run_ungated``: a gated claim's own verdict where its regime gate failed), so a published summary can be compared seed by seed with another sweep (:mod:`memlab.stability`).
 """
 from __future__ import annotations
 
@@ -459,7 +459,7 @@ def summarize(sweep_dir: Path) -> dict:
                           "(no sweep.json)") from None
     chapter, groups = spec["chapter"], {}
     failed = sorted(p.stem for p in (sweep_dir / "failed").glob("*.json"))
-    runs, provenance, run_verdicts = [], {}, {}
+    runs, provenance, run_verdicts, run_ungated = [], {}, {}, {}
     for rid in spec["runs"]:
         folder = sweep_dir / rid
         try:  # a run folder exists only when complete; anything else is not a run of this sweep
@@ -476,6 +476,8 @@ def summarize(sweep_dir: Path) -> dict:
         # each run's own verdicts, so a published summary alone can be compared seed by seed
         # (memlab.stability) after the run folders are gone
         run_verdicts[rid] = {c["key"]: c["verdict"] for c in res.get("claims", []) if "key" in c}
+        run_ungated[rid] = {c["key"]: c["ungated"]["verdict"] for c in res.get("claims", [])
+                            if "key" in c and isinstance(c.get("ungated"), dict)}  # behind a failed gate
         gkey = _key({k: v for k, v in params.items() if not is_seed(k)})
         g = groups.setdefault(gkey, {"params": json.loads(gkey), "runs": [], "metrics": {}, "claims": {},
                                      "pooled": []})
@@ -507,6 +509,7 @@ def summarize(sweep_dir: Path) -> dict:
             "runs_done": runs, "runs_failed": failed,
             "runs_missing": len(spec["runs"]) - len(runs) - len(failed),
             "groups": list(groups.values()), "provenance": provenance, "run_verdicts": run_verdicts,
+            "run_ungated": run_ungated,
             "timing": _timing(sweep_dir)}
 
 
