@@ -118,8 +118,8 @@ def test_robustness_page_shows_the_record_and_says_when_there_is_none(tmp_path):
     rec = tmp_path / "rec.json"
     rec.write_text(json.dumps({"measurements": {"chapters": [entry], "totals": stability.totals([entry])}}))
     text = robustness.write_page(book, stability_record=rec).read_text().split("## Verdicts under other kernels")[1]
-    assert ("Single-seed verdicts flipped 1 times in 3 (0 reversals); verdicts pooled over the seeds flipped "
-            "0 times in 1 (0 reversals)") in text
+    assert ("Single-seed verdicts: 1 of 3 changed (0 reversals). Verdicts pooled over the seeds: 0 of 1 "
+            "changed (0 reversals).") in text
     assert f'<td data-label="Chapter">{CHAPTERS[CHAPTER].title}</td>' in text
     assert "AVX512 kernels, 2 thread(s)" in text and "AVX2 kernels, 1 thread(s)" in text
     assert "- seed 1: A margin claim: reproduced \u2192 not judged" in text

@@ -382,18 +382,17 @@ def stability_section(record: dict | None) -> list[str]:
         "verdict with the published sweep (`memlab.stability`, made with "
         "`python benchmarks/bench_verdict_stability.py`). A *flip* is any change of verdict; a "
         "*reversal* is reproduced against not reproduced.", "",
-        f"**Single-seed verdicts flipped {t['per_seed_flips']} times in {t['per_seed_compared']} "
-        f"({t['per_seed_reversals']} reversals); verdicts pooled over the seeds flipped "
-        f"{t['pooled_flips']} times in {t['pooled_compared']} ({t['pooled_reversals']} reversals).**", ""]
-    head = "".join(f"<th>{h}</th>" for h in ("Chapter", "Published sweep", "Re-run with", "Seeds",
-                                              "Single-seed flips", "Pooled flips"))
+        f"**Single-seed verdicts: {t['per_seed_flips']} of {t['per_seed_compared']} changed "
+        f"({t['per_seed_reversals']} reversals). Verdicts pooled over the seeds: {t['pooled_flips']} of "
+        f"{t['pooled_compared']} changed ({t['pooled_reversals']} reversals).**", ""]
+    labels = ("Chapter", "Published sweep", "Re-run with", "Seeds", "Single-seed flips", "Pooled flips")
+    head = "".join(f"<th>{h}</th>" for h in labels)
     rows = []
     for c in chapters:
         title = CHAPTERS[c["chapter"]].title if c["chapter"] in CHAPTERS else c["chapter"]
         cells = [title, _side_words(c["a"]), _side_words(c["b"]), ", ".join(map(str, c["seeds_compared"])),
                  f"{c['per_seed_flips']} of {c['per_seed_compared']}",
                  f"{len(c['pooled_flips'])} of {c['pooled_compared']}"]
-        labels = ("Chapter", "Published sweep", "Re-run with", "Seeds", "Single-seed flips", "Pooled flips")
         rows.append("<tr>" + "".join(f'<td data-label="{lab}">{escape(str(x))}</td>'
                                      for lab, x in zip(labels, cells)) + "</tr>")
     lines += ['<table class="memlab-claims memlab-robustness"><thead><tr>' + head + "</tr></thead><tbody>"
@@ -408,8 +407,8 @@ def stability_section(record: dict | None) -> list[str]:
             lines += [f"{title}: what moved", "", *pooled, *moved, ""]
         hidden = c.get("behind_gates") or {}
         if hidden.get("per_seed_compared"):
-            lines += [f"{title}, behind its regime gates (the own verdicts of claims outside the paper's regime "
-                      "on both sides, never published): single-seed flips "
+            lines += [f"{title}, behind its regime gates (the claims' own verdicts where "
+                      "they are outside the paper's regime on both sides, never published): single-seed flips "
                       f"{len(hidden['per_seed_flips'])} of {hidden['per_seed_compared']}, pooled flips "
                       f"{len(hidden['pooled_flips'])} of {hidden['pooled_compared']}.", ""]
     return lines
