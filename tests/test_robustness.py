@@ -276,6 +276,11 @@ def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
     stale, _ = _pooled_sweep(tmp_path / "old", [0.4, 0.45, 0.42], code="0ld")
     robustness.publish(stale, tmp_path / "old-book")
     assert pagekit.pooled_across(CHAPTER, book=tmp_path / "old-book") is None  # earlier code: no column
+    # the terminal's closing line of a run says the same
+    from memlab import runner
+
+    assert "pooled over 3 seeds" in runner.verdict_basis(CHAPTER, book=root)
+    assert runner.verdict_basis(CHAPTER, book=tmp_path / "old-book") == "verdicts single-seed (one run)"
 
 
 def test_an_old_summary_without_pooled_rows_still_renders(tmp_path):

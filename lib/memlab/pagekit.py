@@ -240,14 +240,14 @@ def published_verdicts(chapter: str, verdicts: Sequence[dict], book=None) -> tup
     """
     from memlab import pooling
 
-    found = _current_sweep(chapter, book)
+    found = current_sweep(chapter, book)
     if found is None:
         return list(verdicts), pooling.basis_words(1)
     by_key = {r["key"]: r for r in found[0]}
     return [by_key.get(v["key"], v) for v in verdicts], pooling.basis_words(found[1])
 
 
-def _current_sweep(chapter: str, book=None) -> tuple[list[dict], int] | None:
+def current_sweep(chapter: str, book=None) -> tuple[list[dict], int] | None:
     """The pooled rows and seed count of ``book``'s (default the repository's ``book/``) published
     seed sweep of the chapter's current code (:func:`memlab.robustness.current_pooled`), or None."""
     from pathlib import Path
@@ -263,7 +263,7 @@ def pooled_across(chapter: str, book=None) -> dict[str, str] | None:
     """The claims table's "Across seeds" column from a published seed sweep of the chapter's current
     code: claim key -> "reproduced, pooled over 3 seeds; per seed: reproduced in 2 of 3 runs"; None without one
     (the table then has no such column and the page's verdicts are single-seed)."""
-    found = _current_sweep(chapter, book)
+    found = current_sweep(chapter, book)
     if found is None:
         return None
     return {r["key"]: f"{r['verdict']}, pooled over {r.get('n_seeds', found[1])} seeds; per seed: "

@@ -77,7 +77,8 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
     unless the run is complete, its parameters resolve to the chapter's defaults at its profile
     (the page shows the defaults), and it ran the chapter's current code.
     """
-    from memlab import config, runner
+    from memlab import config
+    from memlab import publish as publishing
     from memlab.fsutil import make_tmp_dir
     from memlab.results import chapter_code
 
@@ -106,7 +107,7 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
         for sub in ("chapters", "results", "figures"):
             if (folder / sub).exists():
                 shutil.copytree(folder / sub, staging / sub)
-        runner.publish(staging, book, chapter)  # the same move into book/ that memlab run ends with
+        publishing.publish(staging, book, chapter)  # the same move into book/ that memlab run ends with
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return book / "chapters" / f"{chapter}.ipynb"

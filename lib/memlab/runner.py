@@ -353,6 +353,19 @@ def estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Pa
                           code=_code_version(chapter))
 
 
+def verdict_basis(chapter: str, book: Path | None = None) -> str:
+    """What the run's closing line says its verdicts are: single-seed, and pooled on the page where
+    ``book`` (default the repository's, which the notebook reads) holds a seed sweep of the chapter's
+    current code (the page's findings and claims table show it)."""
+    from memlab import pagekit
+
+    found = pagekit.current_sweep(chapter, book)
+    if found is None:
+        return "verdicts single-seed (one run)"
+    return (f"this run's verdicts are single-seed; the page's findings and claims table show them pooled over "
+            f"{found[1]} seeds (the published sweep of this chapter's code)")
+
+
 def _code_version(chapter: str) -> str | None:
     """The chapter package's ``CODE_VERSION`` (part of every cache key it writes), if it declares one."""
     from memlab.config import chapter_module
@@ -496,7 +509,7 @@ def run_chapter(
         wall = time.perf_counter() - start
         _record_cost(book, chapter, wall, est)
         print(f"{chapter}: ran at profile {profile} in {wall:.0f} s -> "
-              f"{book / 'chapters' / (chapter + '.ipynb')}; verdicts single-seed (one run)")
+              f"{book / 'chapters' / (chapter + '.ipynb')}; {verdict_basis(chapter)}")
     finally:
         os.environ.clear()
         os.environ.update(env_before)
