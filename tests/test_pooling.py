@@ -222,6 +222,12 @@ def test_a_runs_closing_line_says_its_verdicts_are_single_seed(monkeypatch):
     results._show_closing_line({"profile": "smoke", "chapter": "02_sde",
                                 "provenance": {"wall_time_s": 3.0, "device": "cpu"}})
     assert len(shown) == 1 and "verdicts are single-seed" in shown[0]
+    # a page whose code has a published seed sweep says what its findings and Across seeds column pool
+    results._show_closing_line({"profile": "cpu", "chapter": "02_sde",
+                                "provenance": {"wall_time_s": 3.0, "device": "cpu"}},
+                               results.POOLED_ON_PAGE.format(n=3))
+    assert "own verdicts (the claims table's Verdict column) are single-seed" in shown[1]
+    assert "pool them over 3 seeds" in shown[1]
 
 
 # ----------------------------------------------------------------------------- every chapter at smoke

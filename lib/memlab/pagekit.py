@@ -264,10 +264,13 @@ def pooled_across(chapter: str, book=None) -> dict[str, str] | None:
     code: claim key -> "reproduced, pooled over 3 seeds; per seed: reproduced in 2 of 3 runs"; None without one
     (the table then has no such column and the page's verdicts are single-seed)."""
     found = current_sweep(chapter, book)
-    if found is None:
-        return None
-    return {r["key"]: f"{r['verdict']}, pooled over {r.get('n_seeds', found[1])} seeds; per seed: "
-                      f"{r.get('across', '')}" for r in found[0]}
+    return None if found is None else _across_words(found)
+
+
+def _across_words(found: tuple[list[dict], int]) -> dict[str, str]:
+    rows, n = found
+    return {r["key"]: f"{r['verdict']}, pooled over {r.get('n_seeds', n)} seeds; per seed: {r.get('across', '')}"
+            for r in rows}
 
 
 def glue_findings(chapter: str, verdicts: Sequence[dict], regime: str = "") -> str:
@@ -300,10 +303,11 @@ def judge(claims: Sequence[paper.Claim], run: results.Run, *, across: dict[str, 
     chapter = run.chapter
     verdicts = paper.evaluate(claims, run.metrics if metrics is None else metrics, run.cfg.profile,
                               reasons=paper.reasons(chapter), regimes=paper.regimes(chapter))
-    if across is None:  # a published seed sweep of this code: its pooled verdicts beside this run's
-        across = pooled_across(chapter)
+    found = current_sweep(chapter) if across is None else None
+    if found is not None:  # a published seed sweep of this code: its pooled verdicts beside this run's
+        across = _across_words(found)
     display(paper.claims_table(verdicts, across=across))
-    run.save(claims=verdicts)
+    run.save(claims=verdicts, pooled_seeds=found[1] if found else None)
     glue_counts(chapter, verdicts)
     return verdicts
 

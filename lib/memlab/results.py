@@ -236,12 +236,14 @@ class Run:
                            "cost": self.cost()},
         }
 
-    def save(self, claims: list[dict] | None = None) -> Path:
-        """Write ``results/<chapter>.json`` (metrics, params, claims, provenance) atomically."""
+    def save(self, claims: list[dict] | None = None, pooled_seeds: int | None = None) -> Path:
+        """Write ``results/<chapter>.json`` (metrics, params, claims, provenance) atomically; the page's
+        closing line says the verdicts are single-seed, and pooled over ``pooled_seeds`` on the page
+        where a seed sweep of this code is published (:func:`memlab.pagekit.judge` passes it)."""
         path = results_path(self.chapter)
         payload = self.payload(claims)
         write_json_atomic(path, payload)
-        _show_closing_line(payload)
+        _show_closing_line(payload, POOLED_ON_PAGE.format(n=pooled_seeds) if pooled_seeds else SINGLE_SEED)
         return path
 
     def provenance_box(self) -> None:
@@ -254,10 +256,14 @@ class Run:
 # What one run's verdicts are (the closing lines of a page and of ``memlab run`` say it).
 SINGLE_SEED = ("Its verdicts are single-seed (this run alone); `memlab sweep` over seeds pools them "
                "(see the Robustness page).")
+# ... and where a seed sweep of the page's code is published ({n}: its seeds), what the page shows
+POOLED_ON_PAGE = ("Its own verdicts (the claims table's Verdict column) are single-seed; the findings and the "
+                  "Across seeds column pool them over {n} seeds (see the Robustness page).")
 
 
-def _show_closing_line(payload: dict) -> None:
-    """In a notebook, say how long the run took, where its numbers went, and that its verdicts are one seed's."""
+def _show_closing_line(payload: dict, basis: str = SINGLE_SEED) -> None:
+    """In a notebook, say how long the run took, where its numbers went, and what its verdicts are
+    pooled over (``basis``: :data:`SINGLE_SEED` or :data:`POOLED_ON_PAGE`)."""
     try:
         from IPython import get_ipython
         from IPython.display import Markdown, display
@@ -268,7 +274,7 @@ def _show_closing_line(payload: dict) -> None:
     prov = payload["provenance"]
     display(Markdown(
         f"*This page ran at the `{payload['profile']}` profile in {prov['wall_time_s']:.0f} s on {prov['device']}; "
-        f"its numbers are in `{_where_results_go(payload['chapter'])}`. {SINGLE_SEED}*"
+        f"its numbers are in `{_where_results_go(payload['chapter'])}`. {basis}*"
     ))
 
 
