@@ -134,14 +134,16 @@ def test_a_sweep_over_forget_classes_gets_its_own_file_and_a_column_per_class(tm
     assert "reproduced in 3 of 3 runs" in book.write_scorecard(root).read_text()
 
 
-def _sweep_run(sweep_dir, chapter: str, run: str, params: dict, code: str | None) -> None:
+def _sweep_run(sweep_dir, chapter: str, run: str, params: dict, code: str | None, cost: dict | None = None) -> None:
     folder = sweep_dir / run
     (folder / "results").mkdir(parents=True)
     (folder / "chapters").mkdir()
     (folder / "figures" / chapter).mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"chapter": chapter, "profile": "cpu", "params": params}))
+    prov = {"chapter_code": code, "wall_time_s": 612.5, "device": "cpu (Some CPU, AVX2)",
+            **({"cost": cost} if cost else {})}
     (folder / "results" / f"{chapter}.json").write_text(json.dumps(
-        {"profile": "cpu", "claims": [], "provenance": {"chapter_code": code}}))
+        {"chapter": chapter, "profile": "cpu", "params": params, "claims": [], "provenance": prov}))
     (folder / "chapters" / f"{chapter}.ipynb").write_text(f"notebook of {run}")
     (folder / "figures" / chapter / "fig.png").write_bytes(b"png of " + run.encode())
 
@@ -152,7 +154,9 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
     chapter = "05_capacity"
     sweep_dir = tmp_path / "sweep"
     code = results.chapter_code(chapter)
-    _sweep_run(sweep_dir, chapter, "seed-0", {"seed": 0}, code)
+    cold = {"cpu_s": 1100.0, "wall_s": 600.0, "threads": 2, "peak_memory_mb": 900.0, "trained": 3,
+            "loaded": 0, "train_cpu_s": 800.0, "keys": {}}
+    _sweep_run(sweep_dir, chapter, "seed-0", {"seed": 0}, code, cost=cold)
     _sweep_run(sweep_dir, chapter, "seed-1", {"seed": 1}, code)
     _sweep_run(sweep_dir, chapter, "old", {}, "0ld0ld0ld0ld")
     (sweep_dir / "summary.json").write_text(json.dumps(
@@ -170,6 +174,12 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
     assert json.loads((root / "results" / f"{chapter}.json").read_text())["provenance"]["chapter_code"] == code
     assert (sweep_dir / "seed-0" / "chapters" / f"{chapter}.ipynb").exists()  # the sweep keeps its run
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left
+    # the run that made the page is in the cost log, as a memlab run's would be: a cold run here
+    from memlab import costs
+
+    (rec,) = costs.read_log(root)
+    assert (rec["chapter"], rec["kind"], rec["cpu_s"], rec["wall_s"], rec["trained"]) == (chapter, "cold", 1100.0, 612.5, 3)
+    assert rec["code"] == costs.code_version(chapter)
 
 
 def test_a_published_sweep_figure_is_shown_under_its_table(tmp_path):

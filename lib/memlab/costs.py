@@ -91,6 +91,14 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def code_version(chapter: str) -> str | None:
+    """The chapter package's ``CODE_VERSION`` (part of every cache key it writes), if it declares one."""
+    from memlab.config import chapter_module
+
+    version = getattr(chapter_module(chapter), "CODE_VERSION", None)
+    return None if version is None else str(version)
+
+
 def kind(cost: dict) -> str:
     """``cold`` (trained everything), ``warm`` (loaded everything) or ``partial``."""
     if not cost.get("trained"):

@@ -75,9 +75,11 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
     The run folder holds what ``memlab run`` would have written (the same papermill execution):
     its notebook, results JSON and figures are copied in. Refused, before anything is written,
     unless the run is complete, its parameters resolve to the chapter's defaults at its profile
-    (the page shows the defaults), and it ran the chapter's current code.
+    (the page shows the defaults), and it ran the chapter's current code. The run's own cost
+    (its provenance) is appended to the book's cost log, as ``memlab run`` does, so the cost page
+    shows the run that made the page.
     """
-    from memlab import config
+    from memlab import config, costs
     from memlab import publish as publishing
     from memlab.fsutil import make_tmp_dir
     from memlab.results import chapter_code
@@ -110,6 +112,8 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
         publishing.publish(staging, book, chapter)  # the same move into book/ that memlab run ends with
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    # the kernel's wall time: a sweep run has no runner-side clock of its own
+    costs.record(book, res, res.get("provenance", {}).get("wall_time_s") or 0.0, code=costs.code_version(chapter))
     return book / "chapters" / f"{chapter}.ipynb"
 
 

@@ -350,7 +350,7 @@ def estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Pa
 
     books = list(dict.fromkeys([book, root / "book"]))
     return costs.estimate(chapter, profile, to_jsonable(cfg.to_dict()), threads, books, cache.has,
-                          code=_code_version(chapter))
+                          code=costs.code_version(chapter))
 
 
 def verdict_basis(chapter: str, book: Path | None = None) -> str:
@@ -364,14 +364,6 @@ def verdict_basis(chapter: str, book: Path | None = None) -> str:
         return "verdicts single-seed (one run)"
     return (f"this run's verdicts are single-seed; the page's findings and claims table show them pooled over "
             f"{found[1]} seeds (the published sweep of this chapter's code)")
-
-
-def _code_version(chapter: str) -> str | None:
-    """The chapter package's ``CODE_VERSION`` (part of every cache key it writes), if it declares one."""
-    from memlab.config import chapter_module
-
-    version = getattr(chapter_module(chapter), "CODE_VERSION", None)
-    return None if version is None else str(version)
 
 
 def print_estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Path, file=None) -> dict:
@@ -393,7 +385,7 @@ def _record_cost(book: Path, chapter: str, wall_s: float, est: dict) -> None:
         payload = json.loads((book / "results" / f"{chapter}.json").read_text())
     except (OSError, ValueError):
         return
-    costs.record(book, payload, wall_s, est.get("this_cpu_s"), code=_code_version(chapter))
+    costs.record(book, payload, wall_s, est.get("this_cpu_s"), code=costs.code_version(chapter))
 
 
 def run_chapter(
