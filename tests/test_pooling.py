@@ -258,3 +258,14 @@ def test_recorded_sign_agrees_with_the_verdict_at_smoke(smoke_project, chapter):
     for r in rows:
         if pooling.margins_decide(r) and r["verdict"] != NOT_JUDGED:
             assert pooling.pool_rows([r, r])["verdict"] == r["verdict"], r["key"]
+
+
+def test_counts_in_words_never_read_zero_of_zero():
+    from memlab.paper import NOT_RUN, OUTSIDE_REGIME
+
+    assert pooling.k_of_n([REPRODUCED, NOT_REPRODUCED, NOT_JUDGED]) == "reproduced in 1 of 2 runs (1 not judged)"
+    assert pooling.k_of_n([REPRODUCED]) == "reproduced in 1 of 1 run"
+    assert pooling.k_of_n([OUTSIDE_REGIME] * 3) == f"{OUTSIDE_REGIME} in all 3 runs"
+    assert pooling.k_of_n([NOT_RUN]) == f"{NOT_RUN} in 1 run"
+    mixed = pooling.k_of_n([NOT_JUDGED, NOT_JUDGED, OUTSIDE_REGIME], ["1 without this claim"])
+    assert mixed == f"judged in no run (2 not judged; 1 {OUTSIDE_REGIME}; 1 without this claim)"

@@ -228,7 +228,7 @@ def test_summary_pools_each_claim_over_the_seeds(tmp_path, margins, verdict):
     group = summary["groups"][0]
     pooled = {r["key"]: r for r in group["pooled"]}
     assert pooled["c1"]["verdict"] == verdict and pooled["c1"]["n_seeds"] == 3
-    assert group["claims"]["c1"]["text"].startswith("reproduced in")  # the per-seed counts stay
+    assert group["claims"]["c1"]["text"].endswith("3 runs")  # the per-seed counts stay
 
 
 def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path):
@@ -245,7 +245,7 @@ def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path)
     page = robustness.write_page(root).read_text()
     section = page.split(f"## {CHAPTERS[CHAPTER].title}")[1].split("\n## ")[0]
     assert "<th>Pooled over seeds</th>" in section and "<strong>reproduced</strong>" in section
-    assert "reproduced in 0 of 0 runs (3 not judged)" in section
+    assert "not judged in all 3 runs" in section and "0 of 0" not in section
     card = book.write_scorecard(root).read_text()
     assert "verdicts pooled over 3 seeds" in card
     from memlab.paper import VERDICTS
@@ -276,8 +276,7 @@ def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
     assert "single-seed" in pagekit.published_verdicts(CHAPTER, own, book=tmp_path / "nothing")[1]
     # the chapter's claims table gets the pooled verdicts beside this run's, as its Across seeds column
     across = pagekit.pooled_across(CHAPTER, book=root)
-    assert across == {"c1": ("reproduced, pooled over 3 seeds; per seed: reproduced in 0 of 0 runs "
-                              "(3 not judged)")}
+    assert across == {"c1": "reproduced, pooled over 3 seeds; per seed: not judged in all 3 runs"}
     from memlab import paper
 
     html = paper.claims_table(own, across=across)._repr_html_()

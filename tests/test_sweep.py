@@ -150,7 +150,9 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
             counts.setdefault(key, [0, 0])
             counts[key][0] += c["reproduced"]
             counts[key][1] += c["n"]
-            assert c["text"].startswith(f"reproduced in {c['reproduced']} of {c['n']} runs")
+            run_s = "run" if c["n"] == 1 else "runs"
+            assert (c["text"].startswith(f"reproduced in {c['reproduced']} of {c['n']} {run_s}") if c["n"]
+                    else c["text"].endswith(("in all 2 runs", ")")) and "0 of 0" not in c["text"])
     assert counts == _recount(sweep_dir, "05_capacity") and counts
     before = (sweep_dir / "summary.json").read_bytes()
     stamps = {r: (sweep_dir / r / "run.json").stat().st_mtime_ns for r in runs}

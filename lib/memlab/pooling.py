@@ -112,12 +112,22 @@ def _by_verdicts(verdicts: Sequence[str]) -> str:
 
 def k_of_n(verdicts: Sequence[str], extra: Sequence[str] = ()) -> str:
     """``"reproduced in k of n runs"`` (n: the runs that judged the claim), the other verdicts' counts
-    beside it (then ``extra`` phrases, such as "1 without this claim")."""
+    beside it (then ``extra`` phrases, such as "1 without this claim"). Where no run judged the
+    claim, what the runs said instead: ``"outside the paper's regime in all 3 runs"``, or
+    ``"judged in no run (2 not judged; 1 not run at this profile)"``, never "0 of 0"."""
     k = sum(v == paper.REPRODUCED for v in verdicts)
     n = sum(v in (paper.REPRODUCED, paper.NOT_REPRODUCED) for v in verdicts)
     other = [f"{sum(v == name for v in verdicts)} {name}" for name in sorted(set(verdicts))
              if name not in (paper.REPRODUCED, paper.NOT_REPRODUCED)] + list(extra)
-    return f"reproduced in {k} of {n} runs" + (f" ({'; '.join(other)})" if other else "")
+    if n == 0 and verdicts and len(set(verdicts)) == 1 and not extra:
+        return f"{verdicts[0]} in {'all ' if len(verdicts) > 1 else ''}{_runs(len(verdicts))}"
+    if n == 0:
+        return "judged in no run" + (f" ({'; '.join(other)})" if other else "")
+    return f"reproduced in {k} of {_runs(n)}" + (f" ({'; '.join(other)})" if other else "")
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" + ("" if n == 1 else "s")
 
 
 def pooled_regime(rows: Sequence[dict]) -> tuple[dict, str] | None:

@@ -155,7 +155,20 @@ def is_current(summary: dict | None, published: dict | None) -> bool:
 def claim_counts(summary: dict | None) -> dict[str, str]:
     """``{claim key: "reproduced in k of n runs"}`` for the seed group of a summary ({} for None)."""
     group = seed_group(summary) if summary else None
-    return {key: c["text"] for key, c in (group or {}).get("claims", {}).items()}
+    return {key: counts_words(c, len(group.get("runs", []))) for key, c in (group or {}).get("claims", {}).items()}
+
+
+def counts_words(entry: dict, n_runs: int) -> str:
+    """A summary claim entry's per-run verdict counts in words (:func:`memlab.pooling.k_of_n`), made
+    from its counts at render time, so a summary written with older wording reads as today's."""
+    from memlab.pooling import k_of_n
+
+    counts = entry.get("verdicts")
+    if not isinstance(counts, dict):
+        return entry.get("text", "")
+    verdicts = [name for name, c in counts.items() for _ in range(int(c))]
+    missing = n_runs - len(verdicts)
+    return k_of_n(verdicts, [f"{missing} without this claim"] if missing > 0 else [])
 
 
 def pooled_verdicts(summary: dict | None) -> dict[str, dict]:
@@ -205,14 +218,15 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     pooled = pooled_verdicts(summary)
     rows = []
-    for key, c in (seed_group(summary) or {}).get("claims", {}).items():
+    group = seed_group(summary) or {}
+    for key, c in group.get("claims", {}).items():
         share = _share(c.get("reproduced", 0), c.get("n", 0))
         p = pooled.get(key)
         rows.append(
             f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
             f'<td data-label="Pooled over seeds">{_pooled_cell(p)}</td>'
-            f'<td data-label="Across seeds">{escape(c["text"])}</td></tr>')
+            f'<td data-label="Across seeds">{escape(counts_words(c, len(group.get("runs", []))))}</td></tr>')
     table = _table(["Pooled over seeds", "Across seeds"], rows)
     return [f"## {title}", "", *note, *_seed_meaning(cid),
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
