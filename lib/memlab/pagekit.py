@@ -268,9 +268,9 @@ def pooled_across(chapter: str, book=None) -> dict[str, str] | None:
 
 
 def _across_words(found: tuple[list[dict], int]) -> dict[str, str]:
-    rows, n = found
     from memlab.pooling import k_of_n
 
+    rows, n = found
     # the per-seed counts made from the seeds' verdicts, in today's words (an older summary kept other ones)
     return {r["key"]: f"{r['verdict']}, pooled over {r.get('n_seeds', n)} seeds; per seed: "
                       f"{k_of_n(r['per_seed']) if r.get('per_seed') else r.get('across', '')}"

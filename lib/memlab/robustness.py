@@ -217,16 +217,16 @@ def _chapter_section(book: Path, cid: str, published: dict | None, summary: dict
         f"`{SEED_SWEEP.format(chapter=cid)}`, then `memlab sweep --summary DIR --publish`.", ""]
     verdicts = {c["key"]: c["verdict"] for c in (published or {}).get("claims", [])}
     pooled = pooled_verdicts(summary)
+    counts = claim_counts(summary)
     rows = []
-    group = seed_group(summary) or {}
-    for key, c in group.get("claims", {}).items():
+    for key, c in (seed_group(summary) or {}).get("claims", {}).items():
         share = _share(c.get("reproduced", 0), c.get("n", 0))
         p = pooled.get(key)
         rows.append(
             f'<tr class="robust-{share}"><td data-label="Claim">{_claim_cell(c, key)}</td>'
             f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>'
             f'<td data-label="Pooled over seeds">{_pooled_cell(p)}</td>'
-            f'<td data-label="Across seeds">{escape(counts_words(c, len(group.get("runs", []))))}</td></tr>')
+            f'<td data-label="Across seeds">{escape(counts[key])}</td></tr>')
     table = _table(["Pooled over seeds", "Across seeds"], rows)
     return [f"## {title}", "", *note, *_seed_meaning(cid),
             f"Profile `{summary.get('profile')}`, seeds {', '.join(map(str, seeds_of(summary)))} "
