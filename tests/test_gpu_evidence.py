@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,30 @@ def test_the_script_runs_every_part_at_toy_size(tmp_path):
         assert v["claim"].replace("*", "\\*")[:40] in text or v["claim"][:40] in text
         assert f"`{v['key']}`" not in text
     assert "{" not in text and "None" not in text
+
+
+def test_parallel_parts_run_at_once_each_under_its_own_limit(tmp_path, monkeypatch, capsys):
+    # stand-in commands: one part finishes, one fails, one outlives its limit; all start together
+    scripts = {"05_capacity": "print('capacity done')", "01_bn_illusion": "import sys; sys.exit(3)",
+               "02_sde": "import time; print('sde started', flush=True); time.sleep(60)"}
+    monkeypatch.setattr(G, "command", lambda part, out, toy, threads=None:
+                        [sys.executable, "-c", scripts[part.chapter]])
+    record = G.run(tmp_path, toy=True, limit_s=4, parallel=True)
+    parts = record["parts"]
+    assert parts["05_capacity"]["status"] == "finished"
+    assert parts["01_bn_illusion"]["status"] == "failed (exit 3)"
+    assert parts["02_sde"]["status"] == "stopped at its 4 s limit" and parts["02_sde"]["wall_s"] < 40
+    assert json.loads((tmp_path / G.RECORD).read_text())["parts"] == parts
+    assert (tmp_path / "logs" / "05_capacity.log").read_text() == "capacity done\n"
+    assert G._last_line(tmp_path / "logs" / "02_sde.log") == "sde started"
+    out = capsys.readouterr().out
+    for i, part in enumerate(G.PARTS, 1):
+        assert f"gpu-evidence [{i}/3] {part.chapter}: about" in out
+    assert out.index("02_sde: about") < out.index("05_capacity: finished")  # started before any ended
+
+
+def test_last_line_reads_through_progress_bar_rewrites(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_bytes(b"stage 1\ntrain:  10%|#    | 1/10\rtrain:  50%|#####| 5/10\r\n\n")
+    assert G._last_line(log) == "train:  50%|#####| 5/10"
+    assert G._last_line(tmp_path / "missing.log") == ""

@@ -57,6 +57,23 @@ def test_split_half_matches_loop_reference():
     assert not np.allclose(fast, sde.split_half_dependence(x, n_shuffles=37, seed=6))
 
 
+def test_shuffle_products_torch_path_matches_numpy_path():
+    # the batched torch path a GPU run takes (forced here on the CPU) against the NumPy loop;
+    # 70 permutations of m = 33
+    x = rng(6).normal(size=(66, 4))
+    k, l = sde.center(sde.rbf_kernel(x[:33], 2.0)), sde.center(sde.rbf_kernel(x[33:], 2.0))
+    perms = np.stack([rng(7 + i).permutation(33) for i in range(70)])
+    ref = sde.shuffle_products(k, l, perms)
+    np.testing.assert_allclose(sde.shuffle_products(k, l, perms, device="cpu"), ref, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ref, [np.sum(k * l[p][:, p]) for p in perms], rtol=1e-12)
+
+
+def test_mmd_torch_path_matches_numpy_path():
+    x, y = rng(8).normal(size=(30, 5)), rng(9).normal(loc=0.5, size=(25, 5))
+    assert sde.mmd2(x, y, device="cpu") == pytest.approx(sde.mmd2(x, y), rel=1e-12)
+    assert sde.mmd2(x, y, 0.8, device="cpu") == pytest.approx(sde.mmd2(x, y, 0.8), rel=1e-12)
+
+
 def test_split_half_values_are_hsic_of_halves():
     x = rng(4).normal(size=(20, 3))
     vals = sde.split_half_dependence(x, n_shuffles=5, seed=1, sigma=1.3)

@@ -141,10 +141,13 @@ def train_classifier(
         LONG_LOOPS["compiled" if first else "eager"] += 1
     if first:
         bar.set_postfix_str("compiling the training step (once per model class, about a minute)")
+    if dev.type != "cpu":  # on a GPU the images live there: batches are gathered and augmented there
+        x, y = x.to(dev), y.to(dev)  # (the same draws from the CPU generator g, so the same crops)
     for epoch in range(epochs):
         model.train()
         perm = torch.randperm(len(x), generator=g)
-        total, count = 0.0, 0
+        # summed on the device in float64 (what loss.item() gives): no host sync at every step
+        total, count = torch.zeros((), dtype=torch.float64, device=dev), 0
         for start, stop in bounds:
             idx = perm[start:stop]
             xb, yb = x[idx], y[idx]
@@ -175,10 +178,10 @@ def train_classifier(
             if first and step_net is net:
                 first = False
                 bar.set_postfix_str("")
-            total += loss.item() * len(idx)
+            total += loss.detach().double() * len(idx)
             count += len(idx)
             bar.update(1)
-        losses.append(total / count)
+        losses.append(float(total) / count)
         if on_epoch_end is not None:
             on_epoch_end(epoch, model)
     bar.close()
