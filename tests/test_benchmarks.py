@@ -166,3 +166,21 @@ def test_stack_resnet_benchmark_rejects_a_single_model(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_stack_resnet.py"), "--stacks", "1"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "--stacks" in out.stderr and not list(tmp_path.iterdir())
+
+
+def test_gpu_benchmark_measures_every_loop_that_sizes_the_gpu_evidence(tmp_path):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--toy"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads((tmp_path / "gpu_toy.json").read_text())  # a toy run never overwrites gpu.json
+    m = rec["measurements"]
+    assert m["toy"] is True and set(m["train_steps_per_s"]) == {
+        "resnet18 bn batch 256 deterministic", "resnet18 bn batch 256 cudnn autotuned",
+        "resnet18 bn batch 128 deterministic", "resnet18 gn batch 256 deterministic"}
+    assert all(v > 0 for v in m["train_steps_per_s"].values()) and m["inference_images_per_s"] > 0
+    assert len(m["stacked_gpt2_steps_per_s"]) == 4 and all(v > 0 for v in m["stacked_gpt2_steps_per_s"].values())
+    assert set(m["sde"]) == {"8", "16"} and rec["provenance"]["device"]
+    # the committed record is the one measured on a GPU
+    gpu = json.loads((ROOT / "benchmarks" / "results" / "gpu.json").read_text())
+    assert gpu["measurements"]["toy"] is False and "H200" in gpu["provenance"]["device"]

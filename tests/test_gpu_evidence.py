@@ -27,7 +27,7 @@ def test_every_part_is_a_valid_paper_run_and_the_header_names_it():
         assert all(cfg[k] == v for k, v in part.params.items())
         config.resolve(part.chapter, "smoke", **part.toy)
         assert part.chapter in header and f"~{part.minutes:g} min" in header
-        assert part.limit_s <= 600
+        assert part.limit_s >= 60 * part.minutes  # a limit stops a broken run, never a sound one
 
 
 def test_commands_are_the_chapters_run_at_paper_or_smoke():
@@ -78,13 +78,14 @@ def test_the_script_runs_every_part_at_toy_size(tmp_path):
         res = json.loads((out / "book" / "results" / f"{part.chapter}.json").read_text())
         assert res["profile"] == "smoke" and record["parts"][part.chapter]["toy"] is True
         # a toy result is never shown as paper-scale evidence
-        assert "has not run on a GPU yet" in G.section_markdown(part.chapter, out)
+        assert "No run of it has finished on a GPU yet" in G.section_markdown(part.chapter, out)
     # the same files, as a GPU run writes them, give the section with settings and verdicts in words
     record["parts"]["05_capacity"]["toy"] = False
     (out / G.RECORD).write_text(json.dumps(record))
     text = G.section_markdown("05_capacity", out)
     res = json.loads((out / "book" / "results" / "05_capacity.json").read_text())
-    assert "| vocab size | 32 | 2048 |" in text and "| model sizes | 1x8, 1x12, 1x16, 2x16 | 1x32, 2x64, 4x128 |" in text
+    # the sizes that ran (here the smoke ones) beside the cpu book's
+    assert "| vocab size | 32 | 8 |" in text and "| model sizes | 1x8, 1x12, 1x16, 2x16 | 1x4, 1x8 |" in text
     for v in res["claims"]:
         assert v["claim"].replace("*", "\\*")[:40] in text or v["claim"][:40] in text
         assert f"`{v['key']}`" not in text
@@ -95,7 +96,7 @@ def test_parallel_parts_run_at_once_each_under_its_own_limit(tmp_path, monkeypat
     # stand-in commands: one part finishes, one fails, one outlives its limit; all start together
     scripts = {"05_capacity": "print('capacity done')", "01_bn_illusion": "import sys; sys.exit(3)",
                "02_sde": "import time; print('sde started', flush=True); time.sleep(60)"}
-    monkeypatch.setattr(G, "command", lambda part, out, toy, threads=None:
+    monkeypatch.setattr(G, "command", lambda part, out, toy, threads=None, extra=None:
                         [sys.executable, "-c", scripts[part.chapter]])
     record = G.run(tmp_path, toy=True, limit_s=4, parallel=True)
     parts = record["parts"]
@@ -116,3 +117,46 @@ def test_last_line_reads_through_progress_bar_rewrites(tmp_path):
     log.write_bytes(b"stage 1\ntrain:  10%|#    | 1/10\rtrain:  50%|#####| 5/10\r\n\n")
     assert G._last_line(log) == "train:  50%|#####| 5/10"
     assert G._last_line(tmp_path / "missing.log") == ""
+
+
+def test_set_changes_one_setting_of_one_part_and_reads_it_by_its_kind():
+    extra = G.overrides(["02_sde.epochs=12", "02_sde.subset_sizes=[40, 80, 160]", "01_bn_illusion.gn_control=true"])
+    assert extra == {"02_sde": {"epochs": 12, "subset_sizes": [40, 80, 160]}, "01_bn_illusion": {"gn_control": True}}
+    part = G.parts(["02_sde"])[0]
+    cmd = G.command(part, Path("/x"), toy=False, extra=extra["02_sde"])
+    assert cmd[cmd.index("epochs") + 1] == "12" and cmd.count("epochs") == 1
+    assert json.loads(cmd[cmd.index("n_targets") + 1]) == part.params["n_targets"]  # the rest kept
+
+
+@pytest.mark.parametrize("item, said", [
+    ("02_sde.epochs", "CHAPTER.NAME=VALUE"),                 # no value
+    ("epochs=12", "CHAPTER.NAME=VALUE"),                     # no chapter
+    ("06_cross_lens.seed=1", "06_cross_lens"),               # not a part
+    ("02_sde.epoch=12", "epoch"),                            # unknown parameter
+    ("02_sde.epochs=zero", "epochs"),                        # wrong kind
+    ("02_sde.subset_sizes=[100, 250]", "subset_sizes"),      # refused by the chapter's own checks
+])
+def test_a_bad_set_is_refused_before_any_work(tmp_path, capsys, item, said):
+    assert G.main(["--out", str(tmp_path / "out"), "--set", item]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-evidence: error: ") and said in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_finished_run_shows_the_sizes_that_ran_and_an_unfinished_one_where_it_stopped(tmp_path):
+    part = G.parts(["02_sde"])[0]
+    ran = dict(config.resolve("02_sde", "paper", **{**part.params, "epochs": 12}))
+    (tmp_path / "book" / "results").mkdir(parents=True)
+    (tmp_path / "book" / "results" / "02_sde.json").write_text(json.dumps(
+        {"params": ran, "claims": [], "provenance": {"device": "cuda (NVIDIA H200)", "wall_time_s": 420}}))
+    text = G.section_markdown("02_sde", tmp_path)
+    assert "| epochs | 10 | 12 |" in text and "| n targets | 20 | 50 |" in text and "7.0 minutes" in text
+    entry = {"status": "stopped at its 530 s limit", "wall_s": 530.2, "toy": False, "parallel": True,
+             "reached": "01_bn_illusion: Retrain: 52% 3048/5850 [01:40<01:28, 31.68it/s]"}
+    (tmp_path / G.RECORD).write_text(json.dumps({"parts": {"01_bn_illusion": {**entry, "chapter": "01_bn_illusion"}}}))
+    text = G.section_markdown("01_bn_illusion", tmp_path)
+    assert "No run of it has finished on a GPU yet" in text
+    assert "stopped at its 530 s limit after 530 s while sharing the GPU with the other parts" in text
+    assert "it had reached Retrain, step 3048 of 5850." in text
+    assert G._stage_words("01_bn_illusion", "01_bn_illusion: SalUn: done, 400 in 00:09") == "SalUn (done)"
+    assert G._stage_words("x", "estimate: 3 of 5 models cached") == "estimate: 3 of 5 models cached"

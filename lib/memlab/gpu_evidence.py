@@ -3,14 +3,21 @@
 Some claims can only be decided at the papers' scale: the capacity law needs models of ~1M
 parameters on V = 2048, S = 64 data (chapter 5), and the unlearning claims need a ResNet-18 of
 width 64 that knows its forget class as the papers' does (chapters 1 and 2). Each part below is
-one ``memlab run`` at the ``paper`` profile with the sizes that fit about 8 minutes on one
-H200-class GPU, under a hard time limit; a part that runs out of time publishes nothing (a run
-publishes only when it finishes) and the record says so. ``--toy`` runs the same parts through
-the same commands at the ``smoke`` sizes on a CPU, which is how the tests exercise it.
+one ``memlab run`` at the ``paper`` profile with the sizes declared in :data:`PARTS`, under a hard
+time limit; a part that runs out of time publishes nothing (a run publishes only when it
+finishes) and the record says so. ``--set CHAPTER.NAME=VALUE`` changes one size for one run (the
+section then shows the sizes that ran). ``--toy`` runs the same parts through the same commands
+at the ``smoke`` sizes on a CPU, which is how the tests exercise it.
+
+Each part's minutes are estimated from step rates measured one loop at a time on one H200
+(``benchmarks/bench_gpu.py``, ``benchmarks/results/gpu.json``). Run the parts one after another:
+the first lease ran all three at once (``--parallel``) and time-sharing the GPU slowed every
+training loop to about 28 steps/s (62-77 alone), so all three reached their 530-s limit.
 
 The results land in ``<out>/book/results/<chapter>.json`` (default ``book/gpu``), with a record
-``<out>/gpu-evidence.json`` of every part's command, status and wall time; ``memlab render``
-shows them as an "At paper scale (GPU)" section at the end of each chapter (:func:`section_markdown`).
+``<out>/gpu-evidence.json`` of every part's command, status, wall time and the last line its
+log reached; ``memlab render`` shows them as an "At paper scale (GPU)" section at the end of each
+chapter (:func:`section_markdown`).
 """
 from __future__ import annotations
 
@@ -36,17 +43,25 @@ class Part:
 
     chapter: str
     decides: str  # what this run can decide that the cpu book cannot (reader sentence)
-    minutes: float  # estimated wall minutes on one H200 (not measured: no GPU was lent yet)
+    minutes: float  # estimated wall minutes on one H200, from benchmarks/results/gpu.json (see PARTS)
     params: dict = field(default_factory=dict)  # paper-profile overrides that size the run
     toy: dict = field(default_factory=dict)  # smoke-profile overrides that keep its shape
-    limit_s: int = 600  # hard limit on the run's wall time
+    limit_s: int = 900  # hard limit on the run's wall time (above the estimate, not a target)
 
 
+# Minutes from the step rates measured alone on one H200 (benchmarks/results/gpu.json: ResNet-18
+# width 64 at 62 steps/s (batch 256) and 66 (batch 128), inference 74,000 images/s; stacked GPT-2
+# 1x32 / 2x64 / 4x128 at 77 / 60 / 38 steps/s, 2x64 fp32 at 35, one 4x128 at 53), plus the CPU
+# work timed here (chapter 2's exact Wasserstein baseline), plus about 30 s of kernel start and
+# data decoding. The arithmetic is in each comment.
 PARTS: tuple[Part, ...] = (
     Part("05_capacity",
          "whether memorisation plateaus near 3.6 bits per parameter (the capacity law, its alpha, bf16 "
          "against fp32) for GPT-2 models up to about 1M parameters on the paper's V = 2048, S = 64 data",
-         minutes=8,
+         # sweep 8000 steps x (1/77 + 1/60 + 1/38 s) = 7.6 min; fp32 1x32 and 2x64 on two ratios
+         # ~6 min; A.1's ten 2x128 runs of 3000 steps at ~50/s ~10 min; text and oracle ~1.5 min.
+         # The stacked step is launch-bound on a GPU (one 4x128 takes 19 ms): the lever is there.
+         minutes=25,
          # batch 512 (the paper's 2048 would cost four times the compute a step) and 8000 steps:
          # several hundred passes over the largest data set; the convergence gates say if it sufficed
          params={"vocab_size": 2048, "seq_len": 64, "model_sizes": ["1x32", "2x64", "4x128"],
@@ -55,20 +70,27 @@ PARTS: tuple[Part, ...] = (
                  "stack_size": 16, "a1_steps": 3000, "a1_n_samples": 1024,
                  # WikiText-2's valid and test splits (what is offline) hold about 8000 sequences
                  "text_dataset_sizes": [250, 500, 1000, 2000, 4000]},
-         toy={"precision": "bf16"}),
+         toy={"precision": "bf16"}, limit_s=2400),
     Part("01_bn_illusion",
          "the BN-illusion claims on a ResNet-18 of the paper's width 64 trained on all of CIFAR-10's "
          "training images, with the nine unlearning methods and 50 relearning epochs",
-         minutes=7,
+         # Original and Retrain 5550 steps / 62 = 1.5 min; the nine methods and Appendix H and Q's
+         # sweeps about 8400 steps at batch 128 / 66 = 2.1 min; recalibration, probes and relearning
+         # of about 21 models ~1.5 min. The GroupNorm control (-p gn_control true via --set) adds
+         # about 4 min: two ResNets of 15 epochs at 50 steps/s and its eight methods.
+         minutes=6,
          params={"width": 64, "train_per_class": 5000, "test_per_class": 1000, "eval_retain": 5000,
-                 "epochs": 15, "gn_epochs": 15, "relearn_epochs": 50, "vit_control": False,
+                 "epochs": 15, "gn_control": False, "relearn_epochs": 50, "vit_control": False,
                  "ood_source": "patch_shuffle", "n_seeds": 1}),
     Part("02_sde",
          "the SDE claims with original and Retrain models of width 64 on all of CIFAR-10 and 50 targets "
          "per setting, on subsets a quarter of the paper's size",
-         minutes=7,
+         # five trainings of 15 epochs (the Original twice: the regime table asks for R = 0.0 and
+         # the unlearning table for R = 0, two cache keys) 27,000 steps / 66 = 6.8 min; the exact
+         # Wasserstein baseline for 3 output choices ~2 min of CPU; outputs and SDE ~1 min.
+         minutes=10,
          # the paper's subsets (400, 1000, 2000) make the exact Wasserstein baseline (a CPU assignment
-         # problem per target, for three output choices) alone outlast the limit; a quarter fits
+         # problem per target, for three output choices) alone take about 30 minutes; a quarter fits
          params={"width": 64, "n_per_class": 5000, "n_test_per_class": 1000, "epochs": 15,
                  "n_targets": 50, "subset_sizes": [100, 250, 500], "size_sweep": [50, 100, 250, 500]}),
 )
@@ -83,9 +105,39 @@ def parts(only: list[str] | None = None) -> list[Part]:
     return [p for p in PARTS if not only or p.chapter in only]
 
 
-def command(part: Part, out: Path, toy: bool, threads: int | None = None) -> list[str]:
-    """The ``memlab run`` command line of one part (paper profile, or smoke sizes with ``toy``)."""
+def overrides(items: list[str] | None) -> dict[str, dict]:
+    """``--set CHAPTER.NAME=VALUE`` items as {chapter: {name: value}}, each value read by its
+    parameter's kind and the part's paper settings with them checked, before any work; one
+    clear error (naming what was typed) for a malformed item, an unknown part or parameter, or a
+    value the chapter refuses."""
+    from memlab import config
+    from memlab.runner import parse_params
+
+    pairs: dict[str, list[tuple[str, str]]] = {}
+    for item in items or []:
+        target, eq, text = item.partition("=")
+        chapter, dot, name = target.partition(".")
+        if not eq or not dot or not name:
+            raise ValueError(f"gpu-evidence: --set {item!r} must look like CHAPTER.NAME=VALUE "
+                             f"(e.g. 02_sde.epochs=12)")
+        parts([chapter])
+        pairs.setdefault(chapter, []).append((name, text))
+    out = {}
+    for chapter, given in pairs.items():
+        try:
+            out[chapter] = parse_params(chapter, given)
+            part = parts([chapter])[0]
+            config.resolve(chapter, "paper", **{**part.params, **out[chapter]})
+        except config.ConfigError as err:
+            raise ValueError(f"gpu-evidence: --set for {chapter}: {err}") from None
+    return out
+
+
+def command(part: Part, out: Path, toy: bool, threads: int | None = None, extra: dict | None = None) -> list[str]:
+    """The ``memlab run`` command line of one part (paper profile, or smoke sizes with ``toy``);
+    ``extra``: parameters set on top of the part's (``--set``)."""
     profile, params = ("smoke", part.toy) if toy else ("paper", part.params)
+    params = {**params, **(extra or {})}
     exe = Path(sys.executable).parent / "memlab"  # the console script of this environment
     cmd = [str(exe) if exe.exists() else "memlab", "run", part.chapter, "--profile", profile,
            "--book-dir", str(out / "book")]
@@ -98,9 +150,9 @@ def command(part: Part, out: Path, toy: bool, threads: int | None = None) -> lis
     return cmd
 
 
-def run_part(part: Part, out: Path, toy: bool, limit_s: int | None = None) -> dict:
+def run_part(part: Part, out: Path, toy: bool, limit_s: int | None = None, extra: dict | None = None) -> dict:
     """Run one part under its hard time limit; its record entry (status, wall seconds, command)."""
-    cmd = command(part, out, toy)
+    cmd = command(part, out, toy, extra=extra)
     limit = limit_s or part.limit_s
     start = time.perf_counter()
     # its own process group, so that the limit stops the run's kernel too, not only memlab
@@ -121,9 +173,15 @@ def _status(rc: int) -> str:
     return "finished" if rc == 0 else f"failed (exit {rc})"
 
 
-def _entry(part: Part, status: str, wall_s: float, limit: int, toy: bool, cmd: list[str]) -> dict:
-    return {"chapter": part.chapter, "status": status, "wall_s": round(wall_s, 1), "limit_s": limit,
-            "estimate_min": part.minutes, "toy": toy, "command": ["memlab", *cmd[1:]]}
+def _entry(part: Part, status: str, wall_s: float, limit: int, toy: bool, cmd: list[str],
+           parallel: bool = False, reached: str = "") -> dict:
+    """A part's record: status, wall time, limit, estimate, command; with ``parallel`` also that it
+    shared the GPU and the last line its log reached (where a stopped run was)."""
+    entry = {"chapter": part.chapter, "status": status, "wall_s": round(wall_s, 1), "limit_s": limit,
+             "estimate_min": part.minutes, "toy": toy, "command": ["memlab", *cmd[1:]]}
+    if parallel:
+        entry.update(parallel=True, reached=reached)
+    return entry
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -147,12 +205,14 @@ def _save(path: Path, record: dict, entry: dict) -> None:
 
 
 def run(out: Path, toy: bool = False, only: list[str] | None = None, limit_s: int | None = None,
-        parallel: bool = False) -> dict:
+        parallel: bool = False, extra: dict[str, dict] | None = None) -> dict:
     """Run every part, printing a line before and after each; writes and returns the record.
 
     ``parallel``: all parts at once on the one GPU, each with ``cores // parts`` CPU threads and its
     output in ``<out>/logs/<chapter>.log``, a status line every 30 s; a part that reaches its limit
-    is stopped while the others go on (the chapters' small models leave one H200 mostly idle).
+    is stopped while the others go on. Measured on one H200: time-sharing slowed every training
+    loop to about 28 steps/s against 62-77 alone, so one after another is the faster way.
+    ``extra``: {chapter: parameters} set on top of the parts' (:func:`overrides`).
     """
     todo = parts(only)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,24 +220,25 @@ def run(out: Path, toy: bool = False, only: list[str] | None = None, limit_s: in
     record = json.loads(path.read_text()) if path.exists() else {}
     record.setdefault("parts", {})
     if parallel:
-        return _run_parallel(todo, out, toy, limit_s, path, record)
+        return _run_parallel(todo, out, toy, limit_s, path, record, extra or {})
     for i, part in enumerate(todo, 1):
         print(_header(i, len(todo), part, limit_s or part.limit_s, toy), flush=True)
-        entry = run_part(part, out, toy, limit_s)
+        entry = run_part(part, out, toy, limit_s, (extra or {}).get(part.chapter))
         _save(path, record, entry)
         print(f"gpu-evidence [{i}/{len(todo)}] {part.chapter}: {entry['status']} in {entry['wall_s']:.0f} s",
               flush=True)
     return record
 
 
-def _run_parallel(todo: list[Part], out: Path, toy: bool, limit_s: int | None, path: Path, record: dict) -> dict:
+def _run_parallel(todo: list[Part], out: Path, toy: bool, limit_s: int | None, path: Path, record: dict,
+                  extra: dict[str, dict]) -> dict:
     threads = max(1, (os.cpu_count() or 1) // len(todo))
     (out / "logs").mkdir(exist_ok=True)
     running = {}  # chapter -> (index, part, process, command, start, limit, log file)
     try:
         for i, part in enumerate(todo, 1):
             limit = limit_s or part.limit_s
-            cmd = command(part, out, toy, threads=threads)
+            cmd = command(part, out, toy, threads=threads, extra=extra.get(part.chapter))
             log = open(out / "logs" / f"{part.chapter}.log", "w")  # noqa: SIM115 - closed when it ends
             print(_header(i, len(todo), part, limit, toy) + f", {threads} CPU threads, log logs/{part.chapter}.log",
                   flush=True)
@@ -200,7 +261,8 @@ def _run_parallel(todo: list[Part], out: Path, toy: bool, limit_s: int | None, p
                     status = _status(rc)
                 log.close()
                 del running[chapter]
-                entry = _entry(part, status, wall, limit, toy, cmd)
+                entry = _entry(part, status, wall, limit, toy, cmd, parallel=True,
+                               reached=_last_line(out / "logs" / f"{chapter}.log"))
                 _save(path, record, entry)
                 print(f"gpu-evidence [{i}/{len(todo)}] {chapter}: {status} in {wall:.0f} s", flush=True)
             if running and time.perf_counter() - last_status >= 30:
@@ -229,9 +291,10 @@ def _last_line(log: Path, width: int = 160) -> str:
 def section_markdown(chapter: str, folder: Path) -> str | None:
     """The "At paper scale (GPU)" section of ``chapter`` from ``folder`` (``book/gpu``); None if it has no part.
 
-    With a finished run: the device, the settings beside the cpu book's, and every claim's verdict
-    at that scale (judged by the same predicates and regime gates). Without one: what the run
-    would decide, how long it takes and the command that runs it.
+    With a finished run: the device, the settings that ran beside the cpu book's, and every
+    claim's verdict at that scale (judged by the same predicates and regime gates). Without one:
+    what the run would decide, its estimated cost, the command that runs it, and how the last
+    attempt ended.
     """
     from memlab import config
     from memlab.pagekit import md_escape, verdict_line
@@ -244,24 +307,41 @@ def section_markdown(chapter: str, folder: Path) -> str | None:
     entry = (json.loads((folder / RECORD).read_text()).get("parts", {}).get(chapter)
              if (folder / RECORD).exists() else None)
     if not res_path.exists() or (entry or {}).get("toy"):
-        lines += [f"This run decides {part.decides}. It has not run on a GPU yet: `bash scripts/gpu-evidence.sh` "
-                  f"runs it in about {part.minutes:g} minutes on one H200-class GPU (an estimate; hard limit "
-                  f"{part.limit_s // 60} minutes) and `memlab render` then shows its verdicts here."]
+        lines += [f"This run decides {part.decides}. No run of it has finished on a GPU yet: "
+                  f"`bash scripts/gpu-evidence.sh --only {chapter}` takes about {part.minutes:g} minutes on one "
+                  f"H200 (estimated from step rates measured there; hard limit {part.limit_s // 60} minutes), "
+                  "and `memlab render` then shows its verdicts here."]
         if entry and entry.get("toy") is False:
-            lines += ["", f"The last attempt {entry['status']} after {entry['wall_s']:.0f} s."]
+            shared = " while sharing the GPU with the other parts" if entry.get("parallel") else ""
+            where = f"; it had reached {md_escape(_stage_words(chapter, entry['reached']))}" if entry.get("reached") else ""
+            lines += ["", f"The last attempt {entry['status']} after {entry['wall_s']:.0f} s{shared}{where}."]
         return "\n".join(lines) + "\n"
     res = json.loads(res_path.read_text())
-    prov = res.get("provenance", {})
-    cpu = config.resolve(chapter, "cpu")
+    prov, ran = res.get("provenance", {}), res.get("params", {})
+    cpu, paper = config.resolve(chapter, "cpu"), config.resolve(chapter, "paper")
+    shown = [k for k in paper.keys() if k in part.params or (k in ran and ran[k] != paper[k])]
     lines += [f"This run decides {part.decides}. It ran on {md_escape(str(prov.get('device', 'a GPU')))} in "
               f"{float(prov.get('wall_time_s', 0)) / 60:.1f} minutes at the `paper` profile with these sizes:", "",
               "| Setting | This book (cpu) | At paper scale |", "|---|---|---|"]
-    for k, v in part.params.items():
-        lines.append(f"| {k.replace('_', ' ')} | {_cell(cpu[k])} | {_cell(v)} |")
+    for k in shown:
+        lines.append(f"| {k.replace('_', ' ')} | {_cell(cpu[k])} | {_cell(ran.get(k, part.params.get(k)))} |")
     lines += ["", "Verdicts at this scale, by the same predicates and regime gates as above:", ""]
     for v in res.get("claims", []):
         lines.append(verdict_line(v))
     return "\n".join(lines) + "\n"
+
+
+def _stage_words(chapter: str, line: str) -> str:
+    """A relayed progress line in words: "02_sde: train R=0: 64% 3759/5850 [02:01<01:02, 33.44it/s]"
+    -> "train R=0, step 3759 of 5850"; "...: SalUn: done, 400 in 00:09" -> "SalUn (done)"."""
+    import re
+
+    line = line.removeprefix(f"{chapter}: ")
+    if m := re.match(r"(?P<label>.*?): +\d+% (?P<n>\d+)/(?P<total>\d+)", line):
+        return f"{m['label']}, step {m['n']} of {m['total']}"
+    if m := re.match(r"(?P<label>.*?): done\b", line):
+        return f"{m['label']} (done)"
+    return line
 
 
 def _cell(value) -> str:
@@ -278,13 +358,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit-s", type=int, help="hard limit per part in seconds (default each part's own)")
     ap.add_argument("--parallel", action="store_true",
                     help="run the parts at once on the one GPU, each with its share of the CPU cores")
+    ap.add_argument("--set", action="append", metavar="CHAPTER.NAME=VALUE",
+                    help="change one of a part's settings for this run (repeatable), e.g. 02_sde.epochs=12")
     args = ap.parse_args(argv)
     try:
         parts(args.only)
+        extra = overrides(args.set)
     except ValueError as e:
-        print(f"gpu-evidence: error: {e}", file=sys.stderr)
+        print(f"gpu-evidence: error: {str(e).removeprefix('gpu-evidence: ')}", file=sys.stderr)
         return 2
-    record = run(Path(args.out), toy=args.toy, only=args.only, limit_s=args.limit_s, parallel=args.parallel)
+    record = run(Path(args.out), toy=args.toy, only=args.only, limit_s=args.limit_s, parallel=args.parallel,
+                 extra=extra)
     return 0 if all(e["status"] == "finished" for e in record["parts"].values()) else 1
 
 
