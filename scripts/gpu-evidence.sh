@@ -5,7 +5,7 @@
 #   05_capacity     the capacity law (~3.6 bits per parameter, its alpha, bf16 against fp32) for
 #                   GPT-2 models up to ~1M parameters on V = 2048, S = 64 uniform data  ~25 min
 #   01_bn_illusion  the BN-illusion claims on ResNet-18 width 64, all of CIFAR-10's training
-#                   images, the nine methods, 50 relearning epochs                        ~6 min
+#                   images, the nine methods, 50 relearning epochs                        ~8 min
 #   02_sde          the SDE claims with width-64 models on all of CIFAR-10, 50 targets, subsets
 #                   a quarter of the paper's size                                       ~10 min
 # The minutes are estimated from step rates measured one loop at a time on one H200

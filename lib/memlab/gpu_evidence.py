@@ -75,10 +75,12 @@ PARTS: tuple[Part, ...] = (
          "the BN-illusion claims on a ResNet-18 of the paper's width 64 trained on all of CIFAR-10's "
          "training images, with the nine unlearning methods and 50 relearning epochs",
          # Original and Retrain 5550 steps / 62 = 1.5 min; the nine methods and Appendix H and Q's
-         # sweeps about 8400 steps at batch 128 / 66 = 2.1 min; recalibration, probes and relearning
-         # of about 21 models ~1.5 min. The GroupNorm control (-p gn_control true via --set) adds
-         # about 4 min: two ResNets of 15 epochs at 50 steps/s and its eight methods.
-         minutes=6,
+         # sweeps about 8600 steps at batch 128 / 66 = 2.2 min; the evaluation of about 21 models
+         # (recalibration, probes, relearning) ~4 min: a Table 1 row took 24 s on the first lease,
+         # sharing the GPU, against ~12 s alone by the training loops' ratio. The GroupNorm control
+         # (--set 01_bn_illusion.gn_control=true) adds about 4 min: two ResNets of 15 epochs at
+         # 50 steps/s and its eight methods.
+         minutes=8,
          params={"width": 64, "train_per_class": 5000, "test_per_class": 1000, "eval_retain": 5000,
                  "epochs": 15, "gn_control": False, "relearn_epochs": 50, "vit_control": False,
                  "ood_source": "patch_shuffle", "n_seeds": 1}),
