@@ -30,6 +30,7 @@ WHEELS=(papermill==2.7.0 ipykernel==7.4.0 nbformat==5.11.1 nbclient==0.11.0 myst
   tenacity==9.2.1 entrypoints==0.4.2 docutils==0.22.4 mdit-py-plugins==0.7.0 psutil==7.2.2
   typing-extensions==4.16.0)
 rm -rf .gpu-pack.tmp && mkdir -p .gpu-pack.tmp/wheels
+trap 'rm -rf .gpu-pack.tmp' EXIT  # a failed download leaves no half-made pack
 python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "$PYV" --implementation cp \
   --platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_26_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \

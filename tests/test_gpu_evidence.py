@@ -160,3 +160,23 @@ def test_a_finished_run_shows_the_sizes_that_ran_and_an_unfinished_one_where_it_
     assert "it had reached Retrain, step 3048 of 5850." in text
     assert G._stage_words("01_bn_illusion", "01_bn_illusion: SalUn: done, 400 in 00:09") == "SalUn (done)"
     assert G._stage_words("x", "estimate: 3 of 5 models cached") == "estimate: 3 of 5 models cached"
+
+
+def test_the_offline_scripts_refuse_what_they_cannot_use_before_any_work(tmp_path):
+    # each script works from the repository holding it: copies in an empty tree find nothing
+    (tmp_path / "scripts").mkdir()
+    for name in ("gpu-offline-pack.sh", "gpu-offline-run.sh"):
+        (tmp_path / "scripts" / name).write_text((ROOT / "scripts" / name).read_text())
+    run = subprocess.run(["bash", "scripts/gpu-offline-run.sh", "--only", "02_sde"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "no .gpu-pack/ here" in run.stderr and "gpu-offline-pack.sh" in run.stderr
+    env = {k: v for k, v in os.environ.items() if k != "MEMLAB_DATA_ROOT"}
+    pack = subprocess.run(["bash", "scripts/gpu-offline-pack.sh"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert pack.returncode != 0 and "MEMLAB_DATA_ROOT" in pack.stderr
+    (tmp_path / "data" / "cifar10-jpeg").mkdir(parents=True)  # WikiText-2 missing
+    pack = subprocess.run(["bash", "scripts/gpu-offline-pack.sh"], cwd=tmp_path,
+                          env={**env, "MEMLAB_DATA_ROOT": str(tmp_path / "data")},
+                          capture_output=True, text=True, timeout=60)
+    assert pack.returncode == 2 and "wikitext-2 is missing" in pack.stderr
+    assert not (tmp_path / ".gpu-pack").exists() and not (tmp_path / ".gpu-pack.tmp").exists()
