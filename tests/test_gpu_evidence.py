@@ -143,6 +143,12 @@ def test_a_bad_set_is_refused_before_any_work(tmp_path, capsys, item, said):
     assert not (tmp_path / "out").exists()
 
 
+def test_set_with_toy_is_refused_rather_than_ignored(tmp_path, capsys):
+    assert G.main(["--toy", "--out", str(tmp_path / "out"), "--set", "02_sde.epochs=12"]) == 2
+    assert "--set changes the paper-scale sizes" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_finished_run_shows_the_sizes_that_ran_and_an_unfinished_one_where_it_stopped(tmp_path):
     part = G.parts(["02_sde"])[0]
     ran = dict(config.resolve("02_sde", "paper", **{**part.params, "epochs": 12}))

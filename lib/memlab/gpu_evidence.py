@@ -365,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         parts(args.only)
+        if args.set and args.toy:
+            raise ValueError("--set changes the paper-scale sizes; --toy runs the smoke sizes (use one of them)")
         extra = overrides(args.set)
     except ValueError as e:
         print(f"gpu-evidence: error: {str(e).removeprefix('gpu-evidence: ')}", file=sys.stderr)
