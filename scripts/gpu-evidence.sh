@@ -7,7 +7,7 @@
 #   01_bn_illusion  the BN-illusion claims on ResNet-18 width 64, all of CIFAR-10's training
 #                   images, the nine methods, 50 relearning epochs                        ~8 min
 #   02_sde          the SDE claims with width-64 models on all of CIFAR-10, 50 targets, subsets
-#                   a quarter of the paper's size                                       ~10 min
+#                   a quarter of the paper's size                                        ~9 min
 # The minutes are estimated from step rates measured one loop at a time on one H200
 # (benchmarks/bench_gpu.py -> benchmarks/results/gpu.json); each part has a hard limit above its
 # estimate, and a part that hits it publishes nothing and is recorded as stopped.

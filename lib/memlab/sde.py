@@ -198,9 +198,9 @@ def shuffle_products(kc: np.ndarray, lc: np.ndarray, perms: np.ndarray, device=N
     ``device`` and a run on the CPU, one NumPy gather and product per permutation; on a GPU (the
     run's, :func:`memlab.config.device`) or any ``device`` given, the permutations go in batches
     through torch in float64: the same values up to the order of the sums (relative 1e-15). At the
-    paper's largest subsets (halves of 1000 samples, 200 shuffles) that is 7.5 ms on an H200 against
-    about 4 s with NumPy on one CPU core (``benchmarks/results/gpu.json``), so the CPU is not the
-    bottleneck of a GPU run.
+    paper's largest subsets (halves of 1000 samples, 200 shuffles) that is 7.5 ms on an H200
+    (``benchmarks/results/gpu.json``) against about 0.75 s for the whole split-half statistic with
+    NumPy on an idle 2-core AMD EPYC, so the CPU is not the bottleneck of a GPU run.
     """
     if (device := gpu_device(device)) is None:
         return np.array([np.vdot(kc, lc.take(p, axis=0).take(p, axis=1)) for p in perms])
