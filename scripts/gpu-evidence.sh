@@ -10,14 +10,15 @@
 #                   a quarter of the paper's size                                        ~9 min
 # The minutes are estimated from step rates measured one loop at a time on one H200
 # (benchmarks/bench_gpu.py -> benchmarks/results/gpu.json); each part has a hard limit above its
-# estimate, and a part that hits it publishes nothing and is recorded as stopped.
+# estimate, and a part that hits it publishes nothing and is recorded as stopped, with the last
+# line its output reached (each part's output also goes to OUT/logs/CHAPTER.log).
 # Sizes live in lib/memlab/gpu_evidence.py (PARTS), one declaration each.
 #
 # Usage: bash scripts/gpu-evidence.sh [--toy] [--out DIR] [--only CHAPTER] [--limit-s N] [--set CHAPTER.NAME=VALUE] [--parallel]
 #   --toy     the same parts at smoke sizes on any machine (what tests/test_gpu_evidence.py runs)
 #   --set CHAPTER.NAME=VALUE  change one setting of a part for this run (e.g. 02_sde.epochs=12)
-#   --parallel  every part at once on the one GPU, each with its share of the CPU cores and its
-#             output in OUT/logs/CHAPTER.log (a status line every 30 s); measured slower than one
+#   --parallel  every part at once on the one GPU, each with its share of the CPU cores, its
+#             output only in its log (a status line every 30 s); measured slower than one
 #             after another: time-sharing cut each training loop to ~28 steps/s from 62-77
 #   --out     results folder (default book/gpu); `memlab render` shows book/gpu as an
 #             "At paper scale (GPU)" section at the end of each chapter

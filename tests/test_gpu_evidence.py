@@ -112,6 +112,27 @@ def test_parallel_parts_run_at_once_each_under_its_own_limit(tmp_path, monkeypat
     assert out.index("02_sde: about") < out.index("05_capacity: finished")  # started before any ended
 
 
+def test_parts_in_turn_show_their_output_and_record_where_a_stopped_one_had_got_to(tmp_path, monkeypatch, capsys):
+    scripts = {"05_capacity": "print('capacity done')", "01_bn_illusion": "import sys; sys.exit(3)",
+               "02_sde": "import time; print('02_sde: Original: 10% 585/5850 [00:10<01:30, 58.5it/s]', flush=True); time.sleep(60)"}
+    monkeypatch.setattr(G, "command", lambda part, out, toy, threads=None, extra=None:
+                        [sys.executable, "-c", scripts[part.chapter]])
+    record = G.run(tmp_path, toy=True, limit_s=4)
+    parts = record["parts"]
+    assert [parts[c]["status"] for c in ("05_capacity", "01_bn_illusion")] == ["finished", "failed (exit 3)"]
+    assert parts["02_sde"]["status"] == "stopped at its 4 s limit" and parts["02_sde"]["wall_s"] < 40
+    assert parts["02_sde"]["reached"] == "02_sde: Original: 10% 585/5850 [00:10<01:30, 58.5it/s]" and "parallel" not in parts["02_sde"]
+    assert (tmp_path / "logs" / "05_capacity.log").read_text() == "capacity done\n"
+    out = capsys.readouterr().out  # the terminal sees each part's own output too
+    assert "capacity done" in out and "02_sde: Original" in out
+    assert out.index("05_capacity: finished") < out.index("02_sde: about")  # one after another
+    record["parts"]["02_sde"]["toy"] = False  # as a GPU run writes it
+    (tmp_path / G.RECORD).write_text(json.dumps(record))
+    text = G.section_markdown("02_sde", tmp_path)
+    assert "The last attempt stopped at its 4 s limit after" in text and "sharing the GPU" not in text
+    assert "it had reached Original, step 585 of 5850." in text
+
+
 def test_last_line_reads_through_progress_bar_rewrites(tmp_path):
     log = tmp_path / "x.log"
     log.write_bytes(b"stage 1\ntrain:  10%|#    | 1/10\rtrain:  50%|#####| 5/10\r\n\n")

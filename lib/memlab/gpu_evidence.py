@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,22 +156,46 @@ def command(part: Part, out: Path, toy: bool, threads: int | None = None, extra:
 
 
 def run_part(part: Part, out: Path, toy: bool, limit_s: int | None = None, extra: dict | None = None) -> dict:
-    """Run one part under its hard time limit; its record entry (status, wall seconds, command)."""
+    """Run one part under its hard time limit; its record entry (status, wall seconds, command, and
+    the last line it reached). Its output goes to the terminal and to ``<out>/logs/<chapter>.log``,
+    so a part stopped at its limit still says where it had got to."""
     cmd = command(part, out, toy, extra=extra)
     limit = limit_s or part.limit_s
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    log_path = out / "logs" / f"{part.chapter}.log"
     start = time.perf_counter()
     # its own process group, so that the limit stops the run's kernel too, not only memlab
-    proc = subprocess.Popen(cmd, start_new_session=True)
-    try:
-        rc = proc.wait(timeout=limit)
-        status = _status(rc)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        status = f"stopped at its {limit} s limit"
-    except BaseException:  # Ctrl-C: the run (in its own group) must not outlive the script
-        _stop(proc)
-        raise
-    return _entry(part, status, time.perf_counter() - start, limit, toy, cmd)
+    proc = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, MEMLAB_RUN_PROGRESS="1"))
+    with open(log_path, "wb") as log:
+        copier = threading.Thread(target=_tee, args=(proc.stdout, log), daemon=True)
+        copier.start()
+        try:
+            rc = proc.wait(timeout=limit)
+            status = _status(rc)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+            status = f"stopped at its {limit} s limit"
+        except BaseException:  # Ctrl-C: the run (in its own group) must not outlive the script
+            _stop(proc)
+            raise
+        finally:
+            copier.join(timeout=10)
+    return _entry(part, status, time.perf_counter() - start, limit, toy, cmd, reached=_last_line(log_path))
+
+
+def _tee(stream, log) -> None:
+    """Copy a part's output, as it comes, to this terminal and to its log."""
+    out = getattr(sys.stdout, "buffer", None)
+    for chunk in iter(lambda: os.read(stream.fileno(), 4096), b""):
+        log.write(chunk)
+        log.flush()
+        if out is not None:
+            out.write(chunk)
+            out.flush()
+        else:  # a text-only stdout (pytest's capture)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
 
 
 def _status(rc: int) -> str:
@@ -179,12 +204,12 @@ def _status(rc: int) -> str:
 
 def _entry(part: Part, status: str, wall_s: float, limit: int, toy: bool, cmd: list[str],
            parallel: bool = False, reached: str = "") -> dict:
-    """A part's record: status, wall time, limit, estimate, command; with ``parallel`` also that it
-    shared the GPU and the last line its log reached (where a stopped run was)."""
+    """A part's record: status, wall time, limit, estimate, command, the last line its log reached
+    (where a stopped run was); with ``parallel`` also that it shared the GPU."""
     entry = {"chapter": part.chapter, "status": status, "wall_s": round(wall_s, 1), "limit_s": limit,
-             "estimate_min": part.minutes, "toy": toy, "command": ["memlab", *cmd[1:]]}
+             "estimate_min": part.minutes, "toy": toy, "command": ["memlab", *cmd[1:]], "reached": reached}
     if parallel:
-        entry.update(parallel=True, reached=reached)
+        entry["parallel"] = True
     return entry
 
 
