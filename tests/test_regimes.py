@@ -360,3 +360,39 @@ def test_the_css_and_the_legends_cover_every_verdict():
         for verdict in paper.VERDICTS:
             assert verdict in text, f"book/{page} has no legend entry for {verdict!r}"
     assert set(book.SCORECARD_HEADS) == set(paper.VERDICTS) and set(pagekit.VERDICT_SLUGS) == set(paper.VERDICTS)
+
+
+def test_a_finished_gpu_run_gets_its_own_scorecard_row_and_counts_only_the_claims_it_adds(tmp_path, monkeypatch):
+    from memlab import gpu_evidence
+
+    cpu_rows = list(_run(acc=65.6).values())   # the gate fails on the cpu run
+    gpu_rows = list(_run(acc=95.0, profile="paper").values())  # and holds at paper scale
+    fake = {"01_p": chapters.Chapter("01_p", "A paper chapter", "x", "p.txt")}
+    monkeypatch.setattr(book, "CHAPTERS", fake)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "01_p.json").write_text(json.dumps({"profile": "cpu", "claims": cpu_rows}))
+    gpu = tmp_path / "gpu"
+    (gpu / "book" / "results").mkdir(parents=True)
+    (gpu / "book" / "results" / "01_p.json").write_text(json.dumps(
+        {"profile": "paper", "claims": gpu_rows, "provenance": {"device": "cuda (NVIDIA H200)"}}))
+
+    def judged(rows):
+        return sum(r["verdict"] in (paper.REPRODUCED, paper.NOT_REPRODUCED) for r in rows if r.get("kind", paper.CLAIM) == paper.CLAIM)
+
+    n_cpu, n_gpu = judged(cpu_rows), judged(gpu_rows)
+    assert n_gpu > n_cpu  # the constructed runs differ in what they judge
+    total = sum(r.get("kind", paper.CLAIM) == paper.CLAIM for r in cpu_rows)
+    for toy, row_shown in ((True, False), (False, True)):
+        (gpu / gpu_evidence.RECORD).write_text(json.dumps({"parts": {"01_p": {"toy": toy, "status": "finished"}}}))
+        book.write_scorecard(tmp_path)
+        summary = (tmp_path / "_scorecard_summary.md").read_text()
+        assert ("| A paper chapter, at paper scale on a GPU | `paper` |" in summary) is row_shown
+        assert "| A paper chapter | `cpu` | 1 | 1 | 2 | 0 | 1 | 1 of 1 |" in summary  # the cpu row unchanged
+        more = f"; {n_gpu - n_cpu} more only at paper scale, in a GPU run." if row_shown else \
+            "; no run at paper scale on a GPU has judged one more yet."
+        assert (f"**Judged inside the paper's regime:** {n_cpu} of the papers' {total} claims in the published "
+                f"pages (reproduced, or not reproduced with the regime gate holding){more}") in summary
+    holds = (tmp_path / "_what_holds.md").read_text()
+    assert "**[1. A paper chapter, at paper scale](chapters/01_p.ipynb)** (one run of the paper profile on " \
+           "cuda (NVIDIA H200), single-seed verdicts)." in holds
+    assert "A paper chapter, at paper scale (GPU)" in (tmp_path / "scorecard.md").read_text()

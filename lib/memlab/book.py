@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from memlab import pagekit, paper, publish, robustness
+from memlab import gpu_evidence, pagekit, paper, publish, robustness
 from memlab.chapters import CHAPTERS
 from memlab.config import ConfigError, repo_root
 
@@ -38,6 +38,30 @@ SCORECARD_HEADS = {paper.REPRODUCED: "Reproduced", paper.NOT_REPRODUCED: "Not re
 def _short_titles(chapter: str) -> dict[str, str]:
     """The chapter's claims' short titles; none for a chapter without a paper file (its full texts show)."""
     return paper.short_titles(chapter) if (paper.papers_dir() / f"{chapter}.yaml").exists() else {}
+
+
+def _sane(verdicts) -> str:
+    """Sanity checks passed, "k of n" ("–" without any)."""
+    sanity = paper.tally(verdicts, paper.SANITY)
+    n = sum(sanity.values())
+    return f"{sanity[paper.REPRODUCED]} of {n}" if n else "–"
+
+
+def _judged_keys(chapter: str, verdicts) -> set[tuple[str, str]]:
+    """The paper claims of ``chapter`` judged inside their regime: reproduced, or not reproduced
+    with the gate holding (or none declared). Book hypotheses test no paper and are left out."""
+    if CHAPTERS[chapter].hypotheses:
+        return set()
+    return {(chapter, str(v.get("key") or v.get("claim"))) for v in verdicts
+            if v.get("kind", paper.CLAIM) == paper.CLAIM and v.get("verdict") in (paper.REPRODUCED, paper.NOT_REPRODUCED)}
+
+
+def _judged_sentence(cpu: int, gpu_only: int, total: int) -> str:
+    """How many of the papers' claims the published pages judge inside the paper's regime, in words."""
+    more = (f"; {gpu_only} more only at paper scale, in a GPU run" if gpu_only
+            else "; no run at paper scale on a GPU has judged one more yet")
+    return (f"**Judged inside the paper's regime:** {cpu} of the papers' {total} claims in the published pages "
+            f"(reproduced, or not reproduced with the regime gate holding){more}.")
 
 
 def write_scorecard(book: Path, dest: Path | None = None) -> Path:
@@ -69,6 +93,9 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
     # no paper, so its verdicts are tallied in a table of their own.
     summary, hypotheses = list(header), []
     details, holds = [], []
+    judged_cpu: set[tuple[str, str]] = set()  # (chapter, claim key) judged inside its regime
+    judged_gpu: set[tuple[str, str]] = set()
+    n_claims = 0
     for number, (cid, ch) in enumerate(CHAPTERS.items(), 1):
         rows = hypotheses if ch.hypotheses else summary
         res = published[cid]
@@ -83,11 +110,25 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
             f"{number}. {ch.title}" + (" (book hypotheses)" if ch.hypotheses else ""), f"chapters/{cid}.ipynb",
             verdicts, _short_titles(cid), f"profile {res['profile']}, {basis}", hypotheses=ch.hypotheses))
         counts = tally(verdicts, CLAIM)
-        sanity = tally(verdicts, SANITY)
-        n_sanity = sum(sanity.values())
-        sane = f"{sanity[REPRODUCED]} of {n_sanity}" if n_sanity else "–"
+        sane = _sane(verdicts)
         rows.append(f"| {ch.title} | `{res['profile']}` | " + " | ".join(str(counts[v]) for v in shown)
                     + f" | {sane} |")
+        gpu = gpu_evidence.finished_result(cid, book / "gpu")
+        gpu_verdicts = gpu.get("claims", []) if gpu else []
+        if gpu is not None:
+            # One paper-scale run (scripts/gpu-evidence.sh), counted in a row of its own: it is
+            # single-seed and at other sizes, so it never replaces the cpu verdicts above.
+            device = str((gpu.get("provenance") or {}).get("device") or "a GPU")
+            gpu_basis = f"one run of the `{gpu.get('profile', 'paper')}` profile on {device}, single-seed verdicts"
+            rows.append(f"| {ch.title}, at paper scale on a GPU | `{gpu.get('profile', 'paper')}` | "
+                        + " | ".join(str(tally(gpu_verdicts, CLAIM)[v]) for v in shown) + f" | {_sane(gpu_verdicts)} |")
+            holds.append(pagekit.what_holds_markdown(
+                f"{number}. {ch.title}, at paper scale", f"chapters/{cid}.ipynb", gpu_verdicts, _short_titles(cid),
+                gpu_basis.replace("`", ""), hypotheses=ch.hypotheses))
+        judged_cpu |= _judged_keys(cid, verdicts)
+        judged_gpu |= _judged_keys(cid, gpu_verdicts)
+        if not ch.hypotheses:
+            n_claims += sum(1 for v in verdicts if v.get("kind", CLAIM) == CLAIM)
         kind = ("its pre-registered book hypotheses (no paper; `data/papers/" + cid + ".yaml`, judged like "
                 "claims: *reproduced* means the hypothesis held)") if ch.hypotheses else ""
         details += ["", f"## {ch.title}" + (" (book hypotheses)" if ch.hypotheses else ""), "",
@@ -100,6 +141,12 @@ def write_scorecard(book: Path, dest: Path | None = None) -> Path:
             sweep = robustness.load(book, cid)
             across = robustness.claim_counts(sweep) if robustness.is_current(sweep, res) else {}
             details += [claims_table(verdicts, across or None)._repr_html_(), ""]
+        if gpu_verdicts:
+            details += [f"### {ch.title}, at paper scale (GPU)", "",
+                        f"{gpu_basis[0].upper() + gpu_basis[1:]} (`bash scripts/gpu-evidence.sh`); the sizes that ran are "
+                        f"in [the chapter](chapters/{cid}.ipynb)'s last section.", "",
+                        claims_table(gpu_verdicts)._repr_html_(), ""]
+    summary += ["", _judged_sentence(len(judged_cpu), len(judged_gpu - judged_cpu), n_claims)]
     if hypotheses:
         summary += ["", "**Book hypotheses** (pre-registered by this book, not claims of a paper):", "",
                     *header, *hypotheses]

@@ -317,6 +317,21 @@ def _last_line(log: Path, width: int = 160) -> str:
 
 # ----------------------------------------------------------------------------- the chapter section
 
+def _entry_of(chapter: str, folder: Path) -> dict | None:
+    """The record's entry of ``chapter``'s part in ``folder`` (``book/gpu``); None without one."""
+    path = folder / RECORD
+    return json.loads(path.read_text()).get("parts", {}).get(chapter) if path.exists() else None
+
+
+def finished_result(chapter: str, folder: Path) -> dict | None:
+    """The results of ``chapter``'s finished paper-scale run in ``folder`` (``book/gpu``), or None:
+    no run has finished there, or the one there ran at toy size (never shown as paper-scale evidence)."""
+    path = folder / "book" / "results" / f"{chapter}.json"
+    if not path.exists() or (_entry_of(chapter, folder) or {}).get("toy"):
+        return None
+    return json.loads(path.read_text())
+
+
 def section_markdown(chapter: str, folder: Path) -> str | None:
     """The "At paper scale (GPU)" section of ``chapter`` from ``folder`` (``book/gpu``); None if it has no part.
 
@@ -332,10 +347,9 @@ def section_markdown(chapter: str, folder: Path) -> str | None:
     if part is None:
         return None
     lines = ["## At paper scale (GPU)", ""]
-    res_path = folder / "book" / "results" / f"{chapter}.json"
-    entry = (json.loads((folder / RECORD).read_text()).get("parts", {}).get(chapter)
-             if (folder / RECORD).exists() else None)
-    if not res_path.exists() or (entry or {}).get("toy"):
+    entry = _entry_of(chapter, folder)
+    res = finished_result(chapter, folder)
+    if res is None:
         lines += [f"This run decides {part.decides}. No run of it has finished on a GPU yet: "
                   f"`bash scripts/gpu-evidence.sh --only {chapter}` takes about {part.minutes:g} minutes on one "
                   f"H200 (estimated from step rates measured there; hard limit {part.limit_s // 60} minutes), "
@@ -345,7 +359,6 @@ def section_markdown(chapter: str, folder: Path) -> str | None:
             where = f"; it had reached {md_escape(_stage_words(chapter, entry['reached']))}" if entry.get("reached") else ""
             lines += ["", f"The last attempt {entry['status']} after {entry['wall_s']:.0f} s{shared}{where}."]
         return "\n".join(lines) + "\n"
-    res = json.loads(res_path.read_text())
     prov, ran = res.get("provenance", {}), res.get("params", {})
     cpu, paper = config.resolve(chapter, "cpu"), config.resolve(chapter, "paper")
     shown = [k for k in paper.keys() if k in part.params or (k in ran and ran[k] != paper[k])]
