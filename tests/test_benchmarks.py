@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -122,6 +124,23 @@ def test_compile_benchmark_projects_the_chapter_ratio_and_decides(tmp_path):
     assert m["kept"] == (m["chapter_ratio"] >= m["keep_at"]) and m["keep_at"] == 1.15
     assert m["compile_cold_s"] > 0 and m["max_loss_difference"] < 1e-3  # compiled training is the same training
     assert rec["provenance"]["profile"] == "benchmark"
+
+
+@pytest.mark.parametrize("loop, record", [("dlm", "compile-dlm"), ("gpt2_stacked", "compile-gpt2_stacked")])
+def test_compile_benchmark_measures_the_language_model_loops(tmp_path, loop, record):
+    env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--loop", loop,
+                          "--batch", "2", "--steps", "1", "--repeats", "1", "--steps-per-model", "10"],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = json.loads((tmp_path / f"{record}.json").read_text())["measurements"]
+    assert m["loop_name"] == loop and m["batch"] == 2 and m["steps_per_model"] == 10
+    te, tc, n = m["eager_ms_per_step"] / 1e3, m["compiled_ms_per_step"] / 1e3, m["models"]
+    warm = m["compile_cold_s"] if m["shapes_differ"] else m["compile_warm_s"]
+    want = n * 10 * te / (m["compile_cold_s"] + (n - 1) * warm + n * 10 * tc)
+    assert abs(m["chapter_ratio"] - want) <= 2e-3 * want + 1e-3
+    assert m["shapes_differ"] is (loop == "gpt2_stacked")  # chapter 5's stacks differ in shape
+    assert m["kept"] == (m["chapter_ratio"] >= 1.15) and m["max_loss_difference"] < 1e-3
 
 
 def test_compile_benchmark_rejects_bad_sizes(tmp_path):
