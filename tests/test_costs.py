@@ -70,10 +70,26 @@ def test_the_estimate_counts_cached_models_and_charges_only_the_missing_ones(tmp
                            "1 of 2 models cached, so this run ~0.8 CPU-min")
     at_one = costs.estimate("c", "cpu", {"seed": 0}, 1, [book], is_cached=lambda k: False)
     assert at_one["cold_wall_s"] is None and "wall at 1 threads not yet measured" in costs.estimate_line("c", "cpu", at_one)
-    other = costs.estimate("c", "cpu", {"seed": 1}, 2, [book], is_cached=lambda k: False)
+    other = costs.estimate("c", "cpu", {"seed": 0, "width": 16}, 2, [book], is_cached=lambda k: False)
     assert not other["known"]
     assert costs.estimate_line("c", "cpu", other) == ("estimate: no recorded run of c at cpu with these parameters "
                                                      "(1 recorded with other parameters); running at 2 threads")
+
+
+def test_a_new_seed_is_estimated_from_the_run_of_another_seed_and_charged_as_cold(tmp_path):
+    # A seed sweep's seeds 1, 2, ... have never run, but they train the same models for the same
+    # steps as seed 0: its cost is theirs. Seed 0's models are cached, yet none of them is seed 1's.
+    costs.record(tmp_path, _payload(params={"seed": 0, "steps": 10}), wall_s=65.0)
+    est = costs.estimate("c", "cpu", {"seed": 1, "steps": 10}, 2, [tmp_path], is_cached=lambda k: True)
+    assert est["known"] and est["other_seed"] and est["cached"] is None
+    assert (est["models"], est["cold_cpu_s"], est["this_cpu_s"]) == (2, 100.0, 100.0)
+    assert costs.estimate_line("c", "cpu", est) == (
+        "estimate: c at cpu: a cold run ~1.7 CPU-min (~1.0 min wall at 2 threads), from the recorded run with "
+        "another seed; which of this seed's 2 models are cached is known only once one has run, so at most that")
+    longer = costs.estimate("c", "cpu", {"seed": 1, "steps": 20}, 2, [tmp_path], is_cached=lambda k: True)
+    assert not longer["known"]  # another schedule is not the same cost
+    same = costs.estimate("c", "cpu", {"seed": 0, "steps": 10}, 2, [tmp_path], is_cached=lambda k: True)
+    assert not same["other_seed"] and same["cached"] == 2
 
 
 def test_after_a_code_change_the_estimate_counts_no_recorded_model_as_cached(tmp_path):

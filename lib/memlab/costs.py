@@ -13,7 +13,8 @@ Three parts, one per moment of a run:
 3. **Before the next run** :func:`estimate` reads the cost log: for a run with the same chapter,
    profile and parameters it knows every model the run needs (the cache keys of the last such
    run), which of them are cached now, what each costs to train, and the rest of the run's CPU
-   time; wall time at the chosen threads comes from recorded runs at that thread count.
+   time; wall time at the chosen threads comes from recorded runs at that thread count. A run
+   with a seed never run before is estimated from a run that differed only in its seed.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+def schedule_hash(params: dict) -> str:
+    """:func:`params_hash` without the seed: runs that differ only in their seed train models of the
+    same sizes for the same steps, so one's cost estimates the other's (a seed sweep's new seeds)."""
+    return params_hash({k: v for k, v in params.items() if k != "seed"})
+
+
 def code_version(chapter: str) -> str | None:
     """The chapter package's ``CODE_VERSION`` (part of every cache key it writes), if it declares one."""
     from memlab.config import chapter_module
@@ -135,7 +142,8 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
     if not isinstance(cost, dict):
         return None
     rec = {"chapter": payload.get("chapter"), "profile": payload.get("profile"),
-           "params": params_hash(payload.get("params") or {}), "date": prov.get("date"),
+           "params": params_hash(payload.get("params") or {}),
+           "schedule": schedule_hash(payload.get("params") or {}), "date": prov.get("date"),
            "device": prov.get("device"), "commit": prov.get("git_commit"), "kind": kind(cost),
            **{k: cost[k] for k in ("cpu_s", "threads", "peak_memory_mb", "trained", "loaded", "train_cpu_s")},
            "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
@@ -181,18 +189,24 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, and the wall seconds of
     each at ``threads`` threads when a recorded run at that thread count gives the ratio
     (``cold_wall_s``, ``this_wall_s``; else None), ``runs`` (how many records it used).
+    With no run of these parameters but one that differed only in its seed, the estimate is that
+    run's (``other_seed`` True): its cold cost is this one's, but its models are not this run's, so
+    ``cached`` is None and this run is charged as cold (at most that).
     """
     runs: list[dict] = []
     for book in books:
         runs += [r for r in read_log(book) if (r.get("chapter"), r.get("profile")) == (chapter, profile)]
     out: dict[str, Any] = {"known": False, "runs": len(runs), "threads": threads}
     same = [r for r in runs if r.get("params") == params_hash(params)]
+    other_seed = not same
+    if other_seed:
+        same = [r for r in runs if r.get("schedule") == schedule_hash(params)]
     if not same:
         return out
     last = same[-1]
     by_key, by_stage = _key_costs(runs)
     keys = last.get("keys") or {}
-    stale = code is not None and last.get("code") not in (None, code)
+    stale = other_seed or (code is not None and last.get("code") not in (None, code))
     rest = max(0.0, float(last["cpu_s"]) - float(last.get("train_cpu_s") or 0.0))  # the run minus its training
     cold = this = rest
     cached = 0
@@ -207,10 +221,11 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
         else:
             this += cost
     speed = _speedup(runs, threads)
-    out.update(known=True, models=len(keys), cached=cached, cold_cpu_s=round(cold, 1), this_cpu_s=round(this, 1),
-               cold_wall_s=None if speed is None else round(cold / speed, 1),
-               this_wall_s=None if speed is None else round(this / speed, 1), date=last.get("date"))
-    if stale:
+    out.update(known=True, models=len(keys), cached=None if other_seed else cached, cold_cpu_s=round(cold, 1),
+               this_cpu_s=round(this, 1), cold_wall_s=None if speed is None else round(cold / speed, 1),
+               this_wall_s=None if speed is None else round(this / speed, 1), date=last.get("date"),
+               other_seed=other_seed)
+    if stale and not other_seed:
         out["stale_code"] = last["code"]
     return out
 
@@ -238,6 +253,10 @@ def estimate_line(chapter: str, profile: str, est: dict) -> str:
         s = est[f"{key}_wall_s"]
         return f"~{_minutes(s)} min wall at {t} threads" if s is not None else f"wall at {t} threads not yet measured"
 
+    if est.get("other_seed"):
+        return (f"estimate: {chapter} at {profile}: a cold run ~{_minutes(est['cold_cpu_s'])} CPU-min "
+                f"({wall('cold')}), from the recorded run with another seed; which of this seed's "
+                f"{est['models']} models are cached is known only once one has run, so at most that")
     cached = (f"{est['cached']} of {est['models']} models cached" if "stale_code" not in est else
               f"the chapter's code changed since the recorded run (version {est['stale_code']}): "
               "none of its models is reused")
