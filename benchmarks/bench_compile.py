@@ -8,7 +8,13 @@ chapter, compile time included, is at least 1.15x. ``--loop`` picks the loop, at
 - ``dlm``: chapter 4's masked diffusion LM pre-training, one AdamW step of the LLaDA loss
   (record ``compile-dlm.json``);
 - ``gpt2_stacked``: chapter 5's stacked GPT-2 capacity runs, one AdamW step of a stack of
-  same-shape models (record ``compile-gpt2_stacked.json``).
+  same-shape models (record ``compile-gpt2_stacked.json``);
+- ``qwen_small``: chapter 3's small Qwen2 pre-training (also chapter 6's), one AdamW step of the
+  masked next-token loss (record ``compile-qwen_small.json``). The chapter pads each batch to its
+  longest example, so its shapes vary from step to step; the benchmark holds them at the longest
+  (128 tokens), the case most favourable to a compile.
+
+Chapter 6 trains no loop of its own (it reuses chapters 1-3's models and trainers).
 
 Each training step (forward, backward, step) runs eager and compiled (inductor, the default
 backend), interleaved over ``--repeats`` rounds (best of each, so a load change hits both alike),
@@ -119,18 +125,44 @@ def _gpt2_stacked(compiled: bool, size: str = "2x16", models: int = 4, batch: in
     return step
 
 
+def _qwen_small(compiled: bool, batch: int = 16, length: int = 128):
+    """Chapter 3's base pre-training step: a 2 x 128 Qwen2 over a 2,048-token vocabulary, 16 x 128 tokens."""
+    from memlab import lm
+    from memlab.models import qwen_small as Q
+
+    torch.manual_seed(0)
+    model = Q.build_small(Q.small_config(2048, hidden=128, layers=2, heads=4, kv_heads=2, max_len=512,
+                                         pad_id=0, eos_id=1))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
+    net = train.compile_model(model) if compiled else model
+    ids = torch.randint(2, 2048, (batch, length))
+    att, mask = torch.ones_like(ids), torch.ones_like(ids, dtype=torch.bool)
+    model.train()
+
+    def step():
+        loss = lm.mean_token_nll(net, ids, att, mask)
+        train.optimizer_step(loss, opt, None, params, 1.0)
+        return loss.detach()
+    return step
+
+
 # The chapters' schedules at cpu, from their profiles:
 # chapter 1: 10 classes x 1000 images / 128 per batch x 15 epochs ~ 1170 steps per model; Original,
 #   Retrain and the GroupNorm pair (4 models trained from scratch);
 # chapter 4: the base pre-training, 4000 steps of one model (the instruct stage's 150 and the
 #   fine-tunes' few dozen steps per model are too short to repay a compile);
 # chapter 5: 3000 steps for each of the 4 model sizes' stacks plus 2 precision re-runs, each stack
-#   another shape.
+#   another shape;
+# chapter 3: the base pre-training, 400 steps of one model (the LoRA memorisation's 150 and the
+#   unlearning's few dozen steps are shorter still).
 LOOPS = {
     "resnet": Loop("chapter 1 ResNet-18 training step (also chapter 2's)", "compile", 1170, 4, False, 128, _resnet),
     "dlm": Loop("chapter 4 masked diffusion LM pre-training step", "compile-dlm", 4000, 1, False, 32, _dlm),
     "gpt2_stacked": Loop("chapter 5 stacked GPT-2 capacity step (4 models of 2x16)", "compile-gpt2_stacked",
                          3000, 6, True, 128, _gpt2_stacked),
+    "qwen_small": Loop("chapter 3 small Qwen2 pre-training step (2 x 128; also chapter 6's)", "compile-qwen_small",
+                       400, 1, False, 16, _qwen_small),
 }
 
 

@@ -126,7 +126,8 @@ def test_compile_benchmark_projects_the_chapter_ratio_and_decides(tmp_path):
     assert rec["provenance"]["profile"] == "benchmark"
 
 
-@pytest.mark.parametrize("loop, record", [("dlm", "compile-dlm"), ("gpt2_stacked", "compile-gpt2_stacked")])
+@pytest.mark.parametrize("loop, record", [("dlm", "compile-dlm"), ("gpt2_stacked", "compile-gpt2_stacked"),
+                                          ("qwen_small", "compile-qwen_small")])
 def test_compile_benchmark_measures_the_language_model_loops(tmp_path, loop, record):
     env = {**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_compile.py"), "--loop", loop,
