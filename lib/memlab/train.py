@@ -24,7 +24,7 @@ from memlab.progress import progress
 # benchmarks/bench_compile.py (CIFAR ResNet-18 at the cpu width and batch, NCHW kept): a compiled
 # training step runs about 1.16x the eager one, after a first compile of 40-55 s per model class in
 # each process (later models of the class reuse it). Below about a thousand steps that first compile
-# costs more than the loop saves, so shorter loops train eagerly. Chapters 4's and 5's loops measured
+# costs more than the loop saves, so shorter loops train eagerly. Chapters 3's, 4's and 5's loops measured
 # 1.0-1.07x per step, so they are never compiled (benchmarks/README.md).
 COMPILE_MIN_STEPS = 1000
 _compile_failed: list[str] = []  # the error of a failed compile: this process trains eagerly from then on
