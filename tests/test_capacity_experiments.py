@@ -478,3 +478,27 @@ def test_claim_evidence_strings():
         _evidence(m, "tfidf") == "Spearman rho = 0.300, p = 0.01 over 80 samples (claim: rho > 0, p < 0.05)"
     )
     assert _evidence(m, "table2") == "max |law - Table 2| = 0.0016"
+
+
+def test_per_model_claims_pool_each_models_margin_over_seeds():
+    """mia_text and extraction record one margin per model condition, so seeds that disagree only on
+    whether one model's fall clears its band pool by the mean margins (not a vote of verdicts)."""
+    from memlab import pooling
+
+    # 1x32's F1 at N = 1024 (256 members; 0.98 at N = 32 on 32): falls of 0.11, 0.11 (band ±0.064)
+    # and 0.055 (band ±0.058, inside it): a vote says not judged, the mean fall 0.092 ± 0.079 holds
+    seeds = [_changed(text=lambda t, f=f: _set(t, 3, membership_f1=f)) for f in (0.87, 0.87, 0.925)]
+    rows = [_judge(m) for m in seeds]
+    assert [r["mia_text"]["verdict"] for r in rows] == ["reproduced", "reproduced", "not judged"]
+    for key, n_margins in (("mia_text", 2), ("extraction", 4)):  # 2 models; extraction: 2 conditions each
+        assert all(len(pooling.row_margins(r[key])) == n_margins for r in rows)
+    pooled = pooling.pool_rows([r["mia_text"] for r in rows])
+    assert pooled["basis"] == "margins"
+    falls = [[mm["margin"] for mm in pooling.row_margins(r["mia_text"])] for r in rows]
+    bands = [[mm["band"] for mm in pooling.row_margins(r["mia_text"])] for r in rows]
+    for j, got in enumerate(pooled["margins"]):
+        mean, band = pooling.pooled_margin([f[j] for f in falls], [b[j] for b in bands])
+        assert got["margin"] == pytest.approx(mean) and got["band"] == pytest.approx(band)
+    # 1x16's fall (1.0 -> 0.55) is past its band in every seed; 1x32's mean fall lies past its band too
+    assert pooled["verdict"] == "reproduced"
+    assert pooling.pool_rows([r["plateau"] for r in rows])["basis"] == "verdicts"  # convergence is no margin

@@ -42,6 +42,20 @@ def _per_model(results: list, ev: list[str], inside: str) -> tuple[bool, str]:
     return True, text
 
 
+def _side(margin: float, band: float, what: str) -> bool | None:
+    """One condition of a per-model claim: True past ``+band``, False below ``-band``, None inside.
+
+    Records the margin through :func:`memlab.paper.outside_noise` (inside the band it raises, which
+    is caught here), so that a claim checking several models pools each model's margin over seeds
+    (:mod:`memlab.pooling`) instead of a vote of the seeds' verdicts.
+    """
+    try:
+        paper.outside_noise(margin, band, what)
+    except paper.NotJudged:
+        return None
+    return margin > 0
+
+
 def _unconverged(m, what: str) -> None:
     """NotJudged when a capacity that ``what`` rests on is only a lower bound (its run still rose)."""
     bad = [k for k, v in m["capacity"].items() if not v["converged"]]
@@ -176,7 +190,7 @@ def _mia_falls(runs, n_key):
         pts.sort()
         (_, f0, k0), (_, f1, k1) = pts[0], pts[-1]
         margin, band = f0 - f1, metrics.diff_band(f0, k0, f1, k1)
-        results.append(None if abs(margin) <= band else margin > 0)
+        results.append(_side(margin, band, f"{model}: F1 at N = {pts[0][0]} minus at N = {pts[-1][0]}"))
         ev.append(f"{model}: F1 {f0:.2f} -> {f1:.2f} (fall {margin:+.2f} ± {band:.2f})")
     return _per_model(results, ev, ": a fall inside the noise band")
 
@@ -209,12 +223,9 @@ def _extraction(m):
         b1 = metrics.diff_band(
             b["extract_train"], b["extract_n_train"], b["extract_test"], b["extract_n_test"]
         )
-        if m0 < -b0 or m1 < -b1:
-            results.append(False)
-        elif abs(m0) <= b0 or abs(m1) <= b1:
-            results.append(None)
-        else:
-            results.append(True)
+        sides = (_side(m0, b0, f"{model}: train minus test extraction at N = {a['n_samples']}"),
+                 _side(m1, b1, f"{model}: {EXTRACT_TOL} - |train - test extraction| at N = {b['n_samples']}"))
+        results.append(False if False in sides else None if None in sides else True)
         ev.append(
             f"{model}: train {a['extract_train']:.2f} vs test {a['extract_test']:.2f} (± {b0:.2f}) at "
             f"N = {a['n_samples']}; {b['extract_train']:.2f} vs {b['extract_test']:.2f} (± {b1:.2f}) at "
