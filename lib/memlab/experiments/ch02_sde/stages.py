@@ -67,8 +67,7 @@ def build_model(cfg) -> nn.Module:
 
 def _train_key(cfg, fraction: float) -> dict:
     keys = ("seed", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
-    # float: the Original is asked for as 0 and as 0.0, which JSON (so the cache key) tells apart
-    return {**{k: cfg[k] for k in keys}, "holdout": float(fraction)}
+    return {**{k: cfg[k] for k in keys}, "holdout": fraction}
 
 
 def early_epoch(cfg) -> int:
