@@ -88,6 +88,13 @@ def test_equal_seeds_give_the_within_run_band_of_their_mean():
     assert pooling.pool_rows([_row(NOT_JUDGED, 0.5, 0.6)] * 4)["verdict"] == REPRODUCED
 
 
+def test_seeds_equal_to_rounding_have_no_spread():
+    # 0.05 - |0 - 0| summed in another order: last-bit differences are no between-seed spread
+    m = [0.05, 0.05 + 1e-17, 0.05 - 2e-17]
+    assert pooling.pooled_margin(m, [0.0, 0.0, 0.0]) == (pytest.approx(0.05), 0.0)
+    assert pooling.pooled_margin([0.05, 0.0501, 0.05], [0.0, 0.0, 0.0])[1] > 0  # a real spread stays
+
+
 def test_t_interval_when_seeds_spread():
     from scipy import stats
 

@@ -72,7 +72,10 @@ def pooled_margin(margins: Sequence[float], bands: Sequence[float]) -> tuple[flo
     within = float(np.sqrt(np.sum(b ** 2)) / n)
     if n == 1:
         return float(m[0]), within
-    between = t_half_width(m, LEVEL)
+    # seeds that agree to rounding (the same margin, summed in another order) have no spread: the
+    # t interval of their last-bit differences would print as a band of 1e-17
+    same = np.ptp(m) <= 1e-12 * max(1.0, float(np.abs(m).max()))
+    between = 0.0 if same else t_half_width(m, LEVEL)
     return float(m.mean()), max(between, within)
 
 
