@@ -134,3 +134,29 @@ def test_entry_from_another_thread_count_or_isa_warns_on_load(tmp_path, monkeypa
     (entry / "meta.json").write_text(json.dumps(meta))
     with pytest.warns(UserWarning, match=rf"ch/stage entry .* trained with {what} {other}, this run uses"):
         cache.load_or_train("ch", "stage", {"n": 1}, Tiny, _train([]))
+
+
+def test_many_entries_made_elsewhere_reach_the_terminal_as_one_line_per_cause(tmp_path, monkeypatch):
+    from memlab import notices
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "models"))
+    log = tmp_path / "notices.log"
+    monkeypatch.setenv(notices.ENV, str(log))
+    stages = ["a", "a", "a", "b"]
+    for n, stage in enumerate(stages):
+        cache.load_or_train("ch", stage, {"n": n}, Tiny, _train([]))
+        entry = tmp_path / "models" / cache.key("ch", stage, {"n": n})
+        meta = json.loads((entry / "meta.json").read_text())
+        meta["torch_threads"] = torch.get_num_threads() + 1
+        (entry / "meta.json").write_text(json.dumps(meta))
+    with pytest.warns(UserWarning):
+        for n, stage in enumerate(stages):
+            cache.load_or_train("ch", stage, {"n": n}, Tiny, _train([]))
+    log.write_text(log.read_text() + "cache: entry x is corrupt or incomplete (bad); rebuilding\n")
+    lines = notices.read(log)
+    assert len(lines) == 5
+    folded = notices.fold(lines)
+    threads = torch.get_num_threads()
+    assert folded == [f"cache: 4 entries (ch/a 3, ch/b 1) were trained with torch threads {threads + 1}, this "
+                      f"run uses {threads}; their weights differ slightly from a fresh training here "
+                      "(--no-cache retrains)", "cache: entry x is corrupt or incomplete (bad); rebuilding"]
+    assert notices.fold(lines[:1]) == lines[:1]  # one entry keeps its own line, with its id

@@ -282,6 +282,10 @@ def test_findings_say_each_failed_requirement_once_with_the_claims_it_keeps_outs
     assert pagekit.failed_requirements(rows) == [(acc, 2), (steps, 2)]
     md = pagekit.findings_markdown(rows, ["d"])
     assert md.count("30 points below") == 1 and "- Accuracy 60%" in md and "keeps 2 claims outside." in md
+    # pooled gates open their words once with the seeds' mean; every gap keeps that head
+    pooled = [row("a", f"mean over the 3 seeds: {acc}; {steps}"), row("b", f"mean over the 3 seeds: {steps}")]
+    assert pagekit.failed_requirements(pooled) == [(f"mean over the 3 seeds: {acc}", 1),
+                                                   (f"mean over the 3 seeds: {steps}", 2)]
 
 
 def test_the_findings_and_the_closing_summary_say_how_many_claims_are_outside_with_the_gap():

@@ -132,9 +132,8 @@ def _warn_if_made_elsewhere(meta: dict, path: Path, chapter: str, stage: str) ->
                             ("CPU kernels (ISA)", meta.get("cpu_isa"), torch.backends.cpu.get_cpu_capability()),
                             ("training loops", meta.get("torch_compile"), "compiled" if compiled_steps() else "eager")):
         if made is not None and made != now:
-            notices.warn(f"cache: {chapter}/{stage} entry {path.name[:12]} was trained with {what} {made}, "
-                         f"this run uses {now}; its weights differ slightly from a fresh training here "
-                         "(--no-cache retrains)", stacklevel=4)
+            notices.warn(notices.made_elsewhere(f"{chapter}/{stage}", path.name[:12], what, made, now),
+                         stacklevel=4)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

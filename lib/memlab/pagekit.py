@@ -10,6 +10,7 @@ are numbers, never strings, so a page shows ``21``, not ``'21'``.
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from memlab import config, paper, results
@@ -161,6 +162,9 @@ def outside_regimes(verdicts: Sequence[dict]) -> list[tuple[str, str, list[str]]
     return list(groups.values())
 
 
+_POOLED_HEAD = re.compile(r"(mean over the \d+ seeds: )?(.*)", re.S)
+
+
 def failed_requirements(verdicts: Sequence[dict]) -> list[tuple[str, int]]:
     """Each failed requirement of the failed gates, once: ``(its gap in words, claims it keeps outside)``.
 
@@ -170,8 +174,11 @@ def failed_requirements(verdicts: Sequence[dict]) -> list[tuple[str, int]]:
     counts_by: dict[str, int] = {}
     for v in verdicts:
         if v["verdict"] == paper.OUTSIDE_REGIME and v.get("kind", paper.CLAIM) == paper.CLAIM:
-            for gap in dict.fromkeys(str(paper.ClaimsTable._evidence(v)).split("; ")):
-                counts_by[gap] = counts_by.get(gap, 0) + 1
+            # a pooled gate's words open once with "mean over the N seeds: "; each gap keeps it
+            head, body = _POOLED_HEAD.match(str(paper.ClaimsTable._evidence(v))).groups()
+            head = head or ""
+            for gap in dict.fromkeys(body.split("; ")):
+                counts_by[head + gap] = counts_by.get(head + gap, 0) + 1
     return list(counts_by.items())
 
 

@@ -287,8 +287,9 @@ def _kernel_manager_class(log_path: Path | None = None, runtime: Path | None = N
 
 
 def _print_notices(path: Path) -> None:
-    """The kernel's cache warnings (:mod:`memlab.notices`), one ``memlab: warning:`` line each."""
-    for line in notices.read(path):
+    """The kernel's cache warnings (:mod:`memlab.notices`), one ``memlab: warning:`` line each (those
+    of one cause joined, :func:`memlab.notices.fold`)."""
+    for line in notices.fold(notices.read(path)):
         print(f"memlab: warning: {line}", file=sys.stderr)
 
 
