@@ -73,7 +73,8 @@ def test_interrupted_write_leaves_no_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(cache, "save_model", crash)
     with pytest.raises(KeyboardInterrupt):
         cache.load_or_train("ch", "s", {"x": 1}, Tiny, lambda m: None)
-    assert list(tmp_path.iterdir()) == []  # neither the entry nor its temporary folder
+    # neither the entry nor its temporary folder (the key's lock file stays, empty and unlocked)
+    assert [p.name for p in tmp_path.iterdir()] == [".locks"]
     monkeypatch.undo()
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
     calls = []
@@ -160,3 +161,54 @@ def test_many_entries_made_elsewhere_reach_the_terminal_as_one_line_per_cause(tm
                       f"run uses {threads}; their weights differ slightly from a fresh training here "
                       "(--no-cache retrains)", "cache: entry x is corrupt or incomplete (bad); rebuilding"]
     assert notices.fold(lines[:1]) == lines[:1]  # one entry keeps its own line, with its id
+
+
+TRAIN_ONCE = """
+import sys, time
+from pathlib import Path
+import torch
+from memlab import cache
+log = Path(sys.argv[1])
+def train(model):
+    with log.open("a") as f:
+        f.write("trained\\n")
+    time.sleep(float(sys.argv[2]))
+    with torch.no_grad():
+        model.weight.fill_(2.0)
+m = cache.load_or_train("ch", "shared", {"n": 1}, lambda: torch.nn.Linear(2, 2), train)
+print(float(m.weight[0, 0]))
+"""
+
+
+def test_two_processes_needing_one_model_train_it_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+    env = {**os.environ, "MEMLAB_CACHE": str(tmp_path / "models")}
+    log = tmp_path / "trainings.log"
+    first = subprocess.Popen([sys.executable, "-c", TRAIN_ONCE, str(log), "3"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not log.exists() and time.time() < deadline:  # the first is training, holding the lock
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-c", TRAIN_ONCE, str(log), "0"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    out, err = first.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0, (err, second.stderr)
+    assert log.read_text().splitlines() == ["trained"]  # the second waited and loaded
+    assert out.strip() == second.stdout.strip() == "2.0"
+    assert "another process is training ch/shared" in second.stderr and "waiting" in second.stderr
+
+
+def test_a_process_holding_a_lock_never_waits_for_another(tmp_path, monkeypatch):
+    import fcntl
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    k = cache.key("ch", "inner", {"n": 1})
+    (tmp_path / ".locks").mkdir(parents=True)
+    with open(tmp_path / ".locks" / f"{k}.lock", "a+b") as other:  # another open file: another holder
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        calls = []
+        outer = lambda m: cache.load_or_train("ch", "inner", {"n": 1}, Tiny, _train(calls))  # noqa: E731
+        cache.load_or_train("ch", "outer", {"n": 1}, Tiny, outer)  # would block forever if it waited
+    assert calls == [1] and cache.has(k)

@@ -27,6 +27,7 @@ Settings: ``MEMLAB_CACHE`` (folder; default ``<repo>/data/cache/models``) and
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import errno
 import hashlib
@@ -34,9 +35,15 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
@@ -225,6 +232,45 @@ def _set_aside(path: Path, reason: str) -> None:
                  "it", CacheWarning, stacklevel=4)
 
 
+#: Keys whose lock this process holds (:func:`key_lock`), innermost last.
+_HELD: list[str] = []
+
+
+@contextlib.contextmanager
+def key_lock(k: str, chapter: str, stage: str) -> Iterator[None]:
+    """Hold key ``k``'s lock (``<cache>/.locks/<key>.lock``, ``flock``) while this process trains it.
+
+    Two runs of a sweep that need one model (chapter 1's Original for every forget class) would
+    otherwise both train it; with the lock the second waits, saying so once on stderr, and then
+    loads what the first wrote (the caller looks again inside the lock). A process already holding
+    a lock never waits for another (nested stages train in any order across processes, so waiting
+    there could deadlock): it trains the key itself, as without a lock. The kernel releases a lock
+    when its process dies, so a killed run never blocks the next. Without ``fcntl`` (Windows) there
+    is no lock.
+    """
+    if fcntl is None:
+        yield
+        return
+    folder = cache_dir() / ".locks"
+    folder.mkdir(exist_ok=True)
+    with open(folder / f"{k}.lock", "a+b") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if _HELD:
+                yield
+                return
+            print(f"cache: another process is training {chapter}/{stage} (entry {k[:12]}); waiting for it "
+                  "to finish, then loading its result", file=sys.stderr, flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        _HELD.append(k)
+        try:
+            yield
+        finally:
+            _HELD.remove(k)
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _load_checked(path: Path, chapter: str, stage: str, load: Callable[[Path], Any]) -> Any | None:
     """``load(path)`` of a verified entry, or None (entry set aside) when it is missing or bad."""
     if not path.exists():
@@ -261,18 +307,39 @@ def load_or_train(
     k = key(chapter, stage, config, code_version)
     model = build()
     path = entry_path(k)
-    if enabled():
+
+    def cached(rebuild: bool) -> torch.nn.Module | None:
+        """The model with the entry's weights, or None; ``rebuild``: build afresh after a miss, as a
+        failed partial load may have changed some weights (only when a load was tried, so that a
+        plain miss draws the same initialisation as before the lock existed)."""
+        nonlocal model
         dev = next(iter(model.parameters()), torch.empty(0)).device
 
         def load(p: Path) -> torch.nn.Module:
             load_model(model, p / WEIGHTS, strict=True, device=str(dev))
             return model
 
+        tried = path.exists()
         if _load_checked(path, chapter, stage, load) is not None:
             model.eval()
             costs.loaded(k, stage)
             return model
-        model = build()  # a failed partial load may have changed some weights
+        if rebuild or tried:
+            model = build()
+        return None
+
+    if not enabled():
+        return _train_and_write(k, chapter, stage, config, code_version, model, train)
+    if cached(rebuild=True) is not None:
+        return model
+    with key_lock(k, chapter, stage):
+        if cached(rebuild=False) is not None:  # another process trained it while this one waited
+            return model
+        return _train_and_write(k, chapter, stage, config, code_version, model, train)
+
+
+def _train_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
+                     model: torch.nn.Module, train: Callable[[torch.nn.Module], Any]) -> torch.nn.Module:
     costs.begin(k, stage)
     before = long_loops()
     train(model)
@@ -293,11 +360,25 @@ def load_or_compute(
     """Return cached tensors for this key, or ``compute()`` them and cache them."""
     k = key(chapter, stage, config, code_version)
     path = entry_path(k)
-    if enabled():
-        cached = _load_checked(path, chapter, stage, lambda p: load_file(p / WEIGHTS))
-        if cached is not None:
+
+    def cached() -> dict[str, torch.Tensor] | None:
+        tensors = _load_checked(path, chapter, stage, lambda p: load_file(p / WEIGHTS))
+        if tensors is not None:
             costs.loaded(k, stage)
-            return cached
+        return tensors
+
+    if not enabled():
+        return _compute_and_write(k, chapter, stage, config, code_version, compute)
+    if (tensors := cached()) is not None:
+        return tensors
+    with key_lock(k, chapter, stage):
+        if (tensors := cached()) is not None:  # another process computed it while this one waited
+            return tensors
+        return _compute_and_write(k, chapter, stage, config, code_version, compute)
+
+
+def _compute_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
+                       compute: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     costs.begin(k, stage)
     before = long_loops()
     tensors = compute()
