@@ -12,7 +12,9 @@ onto an existing non-empty folder fails atomically, so of two concurrent
 writers of one key the first wins and the second discards its copy after
 checking the winner's; no reader ever sees half an entry. Temporary folders of
 dead writers (``kill -9``) are removed when the next process first uses the
-cache. Files get the process umask.
+cache. Files get the process umask. A process about to train or compute an
+entry holds the key's lock (:func:`key_lock`), so a second process that needs
+the same entry waits and loads it instead of training it again.
 
 Loading: the weights are hashed and compared with the meta. A corrupt or
 incomplete entry (truncated, flipped bytes, no ``meta.json``, unreadable) is
