@@ -114,6 +114,15 @@ def test_cluster_print_shows_slurm_script(fake_project, capsys, tmp_path):
     assert "unknown key 'wall'" in capsys.readouterr().err
 
 
+def test_the_sweep_estimate_sums_its_runs_and_spreads_their_wall_over_the_workers():
+    run = {"known": True, "this_cpu_s": 600.0, "this_wall_s": 330.0}
+    line = sweep.estimate_line([run, run, run, {"known": False}], threads=2, workers=2)
+    assert line.startswith("sweep estimate: at most ~30 CPU-min for 3 runs (~8.2 min wall on 2 workers x 2 threads)")
+    assert "1 run(s) with no record" in line
+    assert "min wall" not in sweep.estimate_line([run], threads=1, workers=None)  # a cluster of unknown size
+    assert "none of the 2 runs" in sweep.estimate_line([{"known": False}] * 2, threads=1, workers=1)
+
+
 def _recount(sweep_dir: Path, chapter: str) -> dict:
     counts = {}
     for res in sweep_dir.glob(f"*/results/{chapter}.json"):
@@ -134,6 +143,7 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert "LocalCluster of 2 worker process(es)" in printed and "dask: dashboard http" in printed  # bokeh is pinned
+    assert "sweep estimate: " in printed  # before any run starts
     (sweep_dir,) = tmp_path.iterdir()
     runs = sorted(p.name for p in sweep_dir.iterdir() if p.is_dir())
     assert runs == ["lr-0.01_seed-0", "lr-0.01_seed-1", "lr-0.02_seed-0", "lr-0.02_seed-1"]

@@ -193,6 +193,30 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
 
 # ----------------------------------------------------------------------------- clusters
 
+def estimate_line(estimates: list[dict], threads: int, workers: int | None) -> str:
+    """The sweep's one estimate line: the runs' :func:`memlab.costs.estimate` summed, in CPU-minutes, and
+    in wall minutes on ``workers`` LocalCluster workers (None: a cluster of unknown size, no wall).
+
+    A run of a seed never recorded is charged cold, and models the runs share are charged to each,
+    so the figure is at most what the sweep costs.
+    """
+    from memlab.costs import minutes
+
+    known = [e for e in estimates if e.get("known")]
+    if not known:
+        return (f"sweep estimate: none of the {len(estimates)} runs has a recorded run of these settings "
+                "to estimate from")
+    cpu = sum(e["this_cpu_s"] for e in known)
+    walls = [e["this_wall_s"] for e in known]
+    wall = ("" if workers is None or None in walls else
+            f" (~{minutes(sum(walls) / workers):g} min wall on {workers} worker{'s' if workers != 1 else ''}"
+            f" x {threads} thread{'s' if threads != 1 else ''})")
+    unknown = len(estimates) - len(known)
+    return (f"sweep estimate: at most ~{minutes(cpu):g} CPU-min for {len(known)} run{'s' if len(known) != 1 else ''}"
+            f"{wall}" + (f", and {unknown} run(s) with no record to estimate from" if unknown else "")
+            + "; each run prints its own estimate as it starts")
+
+
 def local_size(n_runs: int, threads: int, workers: int | None = None, cores: int | None = None) -> int:
     """Workers for a LocalCluster: ``workers`` if given, else cores // threads, at most ``n_runs``."""
     n = workers if workers else max(1, (cores or _cores()) // max(1, threads))
@@ -273,8 +297,8 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
     remote = bool(scheduler) or cluster in ("slurm", "print")
     with runner.flag_env(flags.get("allow_download", False), flags.get("allow_cpu", False) or remote,
                       flags.get("trust_remote_code", ())):
-        for params in combos:  # every combination checked before any work
-            runner.validate(chapter, profile, params, runner.repo_root())
+        cfgs = {run_id(p): runner.validate(chapter, profile, p, runner.repo_root())[1]
+                for p in combos}  # every combination checked before any work
     conf = load_slurm_config(cluster_config) if cluster in ("slurm", "print") else None
     if cluster == "print":
         c = slurm_cluster(conf, host="127.0.0.1")  # nothing connects: the address is a placeholder
@@ -292,6 +316,10 @@ def run_sweep(chapter: str, profile: str, axes: dict[str, list[Any]], out: Path 
     todo = [p for p in combos if not is_complete(sweep_dir / run_id(p), chapter, profile, p)]
     print(f"sweep {sweep_dir}: {len(combos)} runs, {len(combos) - len(todo)} already complete, "
           f"{len(todo)} to run")
+    if todo:
+        local = None if scheduler or cluster == "slurm" else local_size(len(todo), threads, workers)
+        print(estimate_line([runner.estimate(chapter, profile, cfgs[run_id(p)], threads, runner.repo_root() / "book",
+                                             runner.repo_root()) for p in todo], threads, local), flush=True)
     if todo:
         start = time.perf_counter()
         n_workers = _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, cluster, conf,
