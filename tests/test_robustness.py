@@ -107,7 +107,9 @@ def _axis_summary() -> dict:
     """Chapter 1 over three forget classes at seed 0: one claim held for two of them."""
     groups = [{"params": {"forget_class": fc}, "runs": [f"fc-{fc}"], "metrics": {},
                "claims": {"c1": {"claim": "A claim & more", "verdicts": {v: 1}, "reproduced": int(v == "reproduced"),
-                                 "n": int(v != "not judged"), "text": ""}}}
+                                 "n": int(v != "not judged"), "text": ""},
+                          "c2": {"claim": "Gated", "verdicts": {"outside the paper's regime": 1}, "reproduced": 0,
+                                 "n": 0, "text": ""}}}
               for fc, v in ((0, "reproduced"), (3, "reproduced"), (7, "not judged"))]
     return {"chapter": CHAPTER, "profile": "cpu", "axes": {"forget_class": [0, 3, 7]},
             "runs_done": ["fc-0", "fc-3", "fc-7"], "runs_failed": [], "groups": groups,
@@ -129,7 +131,11 @@ def test_a_sweep_over_forget_classes_gets_its_own_file_and_a_column_per_class(tm
     assert "(all at seed 0; the rest at the profile's defaults)" in across and "3 runs, 6 min of runs in all, 5 min wall on 2 workers" in across
     # the pooled count: judged in two runs (not judged in the third), reproduced in both
     assert "<td data-label=\"forget class 7\">not judged</td>" in across
-    assert "reproduced in 2 of 2 runs" in across and '<tr class="robust-all">' in across
+    assert "reproduced in 2 of 2 runs (1 not judged)" in across and '<tr class="robust-all">' in across
+    # a claim no setting judged says why, in words, never "0 of 0"
+    assert "outside the paper&#x27;s regime in all 3 runs" in across and "0 of 0" not in across
+    timing = dict(_axis_summary(), timing=[{"wall_s": 300.0, "workers": 1, "executed": 3}])
+    assert "5 min wall on 1 worker." in robustness._cost(timing) + "."
     # the scorecard's column stays the seed sweep's
     assert "reproduced in 3 of 3 runs" in book.write_scorecard(root).read_text()
 

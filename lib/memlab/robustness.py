@@ -256,7 +256,8 @@ def _cost(summary: dict) -> str:
     if timing:
         workers = sorted({t.get("workers") for t in timing if t.get("workers")})
         text += f", {sum(t['wall_s'] for t in timing) / 60:.0f} min wall"
-        text += f" on {'/'.join(map(str, workers))} workers" if workers else ""
+        text += (f" on {'/'.join(map(str, workers))} worker{'s' if workers != [1] else ''}"
+                 if workers else "")
     return text
 
 
@@ -325,6 +326,11 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
         pooled = [next((r for r in g.get("pooled", []) if r.get("key") == key), None) for g in groups]
         k = sum(e.get("reproduced", 0) for e in entries if e)
         n = sum(e.get("n", 0) for e in entries if e)
+        merged: dict[str, int] = {}  # every setting's per-run verdict counts, said as the seed tables say them
+        for e in entries:
+            for name, c in ((e or {}).get("verdicts") or {}).items():
+                merged[name] = merged.get(name, 0) + int(c)
+        across = counts_words({"verdicts": merged}, sum(len(g.get("runs", [])) for g in groups))
         claim = _claim_cell(next(e for e in entries if e), key)
         # each setting's verdict pooled over its seeds first, where the summary has one
         cells = "".join(f'<td data-label="{escape(lab)}">'
@@ -333,7 +339,7 @@ def _axis_section(book: Path, published: dict | None, summary: dict) -> list[str
                         for lab, e, p in zip(labels, entries, pooled))
         rows.append(f'<tr class="robust-{_share(k, n)}"><td data-label="Claim">{claim}</td>'
                     f'<td data-label="Published verdict">{escape(verdicts.get(key, "–"))}</td>{cells}'
-                    f'<td data-label="Across settings">reproduced in {k} of {n} runs</td></tr>')
+                    f'<td data-label="Across settings">{escape(across)}</td></tr>')
     table = _table([*labels, "Across settings"], rows)
     return [f"### Across {', '.join(axes)}", "",
             f"Profile `{summary.get('profile')}`, {'; '.join(labels)}"
