@@ -120,7 +120,8 @@ def test_the_sweep_estimate_sums_its_runs_and_spreads_their_wall_over_the_worker
     assert line.startswith("sweep estimate: at most ~30 CPU-min for 3 runs (~8.2 min wall on 2 workers x 2 threads)")
     assert "1 run(s) with no record" in line
     assert "min wall" not in sweep.estimate_line([run], threads=1, workers=None)  # a cluster of unknown size
-    assert "none of the 2 runs" in sweep.estimate_line([{"known": False}] * 2, threads=1, workers=1)
+    assert "none of the 2 runs has a recorded" in sweep.estimate_line([{"known": False}] * 2, threads=1, workers=1)
+    assert "the run has no recorded run" in sweep.estimate_line([{"known": False}], threads=1, workers=1)
 
 
 def _recount(sweep_dir: Path, chapter: str) -> dict:

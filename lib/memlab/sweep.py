@@ -204,8 +204,9 @@ def estimate_line(estimates: list[dict], threads: int, workers: int | None) -> s
 
     known = [e for e in estimates if e.get("known")]
     if not known:
-        return (f"sweep estimate: none of the {len(estimates)} runs has a recorded run of these settings "
-                "to estimate from")
+        n = len(estimates)
+        return (f"sweep estimate: {'none of the ' + str(n) + ' runs has' if n != 1 else 'the run has no'} "
+                "recorded run of its settings to estimate from")
     cpu = sum(e["this_cpu_s"] for e in known)
     walls = [e["this_wall_s"] for e in known]
     wall = ("" if workers is None or None in walls else
