@@ -205,8 +205,8 @@ def estimate_line(estimates: list[dict], threads: int, workers: int | None) -> s
     known = [e for e in estimates if e.get("known")]
     if not known:
         n = len(estimates)
-        return (f"sweep estimate: {'none of the ' + str(n) + ' runs has' if n != 1 else 'the run has no'} "
-                "recorded run of its settings to estimate from")
+        who = f"none of the {n} runs has a" if n != 1 else "the run has no"
+        return f"sweep estimate: {who} recorded run of its settings to estimate from"
     cpu = sum(e["this_cpu_s"] for e in known)
     walls = [e["this_wall_s"] for e in known]
     wall = ("" if workers is None or None in walls else
