@@ -1,11 +1,16 @@
+import fcntl
 import json
+import os
+import subprocess
+import sys
+import time
 import warnings
 
 import pytest
 import torch
 from torch import nn
 
-from memlab import cache
+from memlab import cache, notices
 
 
 class Tiny(nn.Module):
@@ -138,7 +143,6 @@ def test_entry_from_another_thread_count_or_isa_warns_on_load(tmp_path, monkeypa
 
 
 def test_many_entries_made_elsewhere_reach_the_terminal_as_one_line_per_cause(tmp_path, monkeypatch):
-    from memlab import notices
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "models"))
     log = tmp_path / "notices.log"
     monkeypatch.setenv(notices.ENV, str(log))
@@ -181,10 +185,6 @@ print(float(m.weight[0, 0]))
 
 
 def test_two_processes_needing_one_model_train_it_once(tmp_path):
-    import os
-    import subprocess
-    import sys
-    import time
     env = {**os.environ, "MEMLAB_CACHE": str(tmp_path / "models")}
     log = tmp_path / "trainings.log"
     first = subprocess.Popen([sys.executable, "-c", TRAIN_ONCE, str(log), "3"], env=env,
@@ -202,7 +202,6 @@ def test_two_processes_needing_one_model_train_it_once(tmp_path):
 
 
 def test_a_process_holding_a_lock_never_waits_for_another(tmp_path, monkeypatch):
-    import fcntl
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
     k = cache.key("ch", "inner", {"n": 1})
     (tmp_path / ".locks").mkdir(parents=True)

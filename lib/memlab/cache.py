@@ -330,14 +330,21 @@ def load_or_train(
             model = build()
         return None
 
+    return _load_or_make(k, chapter, stage, cached,
+                         lambda: _train_and_write(k, chapter, stage, config, code_version, model, train))
+
+
+def _load_or_make(k: str, chapter: str, stage: str, cached: Callable[[bool], Any], make: Callable[[], Any]) -> Any:
+    """``cached(rebuild)``'s entry, else ``make()`` under the key's lock (:func:`key_lock`), looking again
+    once the lock is held: another process may have written the entry while this one waited."""
     if not enabled():
-        return _train_and_write(k, chapter, stage, config, code_version, model, train)
-    if cached(rebuild=True) is not None:
-        return model
+        return make()
+    if (found := cached(True)) is not None:
+        return found
     with key_lock(k, chapter, stage):
-        if cached(rebuild=False) is not None:  # another process trained it while this one waited
-            return model
-        return _train_and_write(k, chapter, stage, config, code_version, model, train)
+        if (found := cached(False)) is not None:
+            return found
+        return make()
 
 
 def _train_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
@@ -363,20 +370,14 @@ def load_or_compute(
     k = key(chapter, stage, config, code_version)
     path = entry_path(k)
 
-    def cached() -> dict[str, torch.Tensor] | None:
+    def cached(_rebuild: bool) -> dict[str, torch.Tensor] | None:
         tensors = _load_checked(path, chapter, stage, lambda p: load_file(p / WEIGHTS))
         if tensors is not None:
             costs.loaded(k, stage)
         return tensors
 
-    if not enabled():
-        return _compute_and_write(k, chapter, stage, config, code_version, compute)
-    if (tensors := cached()) is not None:
-        return tensors
-    with key_lock(k, chapter, stage):
-        if (tensors := cached()) is not None:  # another process computed it while this one waited
-            return tensors
-        return _compute_and_write(k, chapter, stage, config, code_version, compute)
+    return _load_or_make(k, chapter, stage, cached,
+                         lambda: _compute_and_write(k, chapter, stage, config, code_version, compute))
 
 
 def _compute_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
