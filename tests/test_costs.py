@@ -235,3 +235,80 @@ def test_a_later_partial_run_is_shown_beside_the_cold_one():
     assert ("- **The last run** trained 3 of its 5 models and loaded the rest: 9.6 min wall and 19 CPU-minutes "
             "(X, 2 threads, 2026-12-03).") in text
     assert "The last run" not in costs.chapter_markdown([part, cold], "a", "cpu")  # older than the cold run
+
+
+def test_the_book_estimate_charges_a_shared_model_to_the_first_chapter_only(tmp_path):
+    # chapter b reads chapter a's model k1 (as chapter 6 reads chapters 1 and 3's): a book trains it once
+    costs.record(tmp_path, _payload(chapter="a"), wall_s=65.0)
+    shared = {"k1": {"stage": "s", "trained": True, "train_cpu_s": 50.0},
+              "k3": {"stage": "s", "trained": True, "train_cpu_s": 10.0}}
+    costs.record(tmp_path, _payload(chapter="b", cpu=70.0, train=60.0, wall=35.0, keys=shared), wall_s=40.0)
+    ests = {c: costs.estimate(c, "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: k == "k2") for c in "ab"}
+    book = costs.book_estimate(ests)
+    # a: its own 20 s + k1 50 (k2 cached); b: its own 10 s + k3 10, k1 already charged to a
+    assert book["chapters"]["a"]["cpu_s"] == 70.0 and book["chapters"]["b"]["cpu_s"] == 20.0
+    assert (book["cpu_s"], book["models"], book["cached"], book["unknown"]) == (90.0, 3, 1, [])
+    assert book["chapters"]["b"]["wall_s"] == pytest.approx(20.0 / (70.0 / 35.0))  # b's own CPU/wall ratio
+    assert costs.book_left_s(book, ["b"]) == pytest.approx(10.0)
+    # chapter a ran in half its estimate (70 CPU-s at its 100/60 CPU per wall second): what is left is scaled too
+    assert book["chapters"]["a"]["wall_s"] == pytest.approx(42.0)
+    assert costs.book_left_s(book, ["b"], {"a": 21.0}) == pytest.approx(5.0)
+    assert costs.book_estimate_line("cpu", 2, book).startswith(
+        "book estimate: 2 chapters at cpu, ~1.5 CPU-min (~")
+    assert "1 of 3 models cached, each shared model trained once" in costs.book_estimate_line("cpu", 2, book)
+    ests["c"] = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: False)
+    book = costs.book_estimate(ests)
+    assert book["unknown"] == ["c"] and book["wall_s"] is None and costs.book_left_s(book, ["a", "c"]) is None
+    assert costs.book_estimate_line("cpu", 1, book).endswith("not counted: c (no recorded run at these parameters)")
+    none = costs.book_estimate({"c": ests["c"]})
+    assert costs.book_estimate_line("cpu", 1, none) == "book estimate: no recorded run of its 1 chapter at cpu; running at 1 thread"
+
+
+def test_a_book_run_is_recorded_whole_and_the_pages_report_it(tmp_path):
+    a = costs.record(tmp_path, _payload(chapter="a", cpu=600.0, wall=300.0), wall_s=320.0)
+    reads_a = {"k1": {"stage": "s", "trained": False}, "k3": {"stage": "s", "trained": True, "train_cpu_s": 9.0}}
+    b = costs.record(tmp_path, _payload(chapter="b", cpu=100.0, train=9.0, wall=60.0, keys=reads_a), wall_s=70.0)
+    rec = costs.record_book(tmp_path, "cpu", 400.0, [a, b])
+    assert rec["from_empty_cache"] and rec["kind"] == "book" and rec["cpu_s"] == 700.0
+    assert [c["kind"] for c in rec["chapters"]] == ["cold", "partial"]
+    # b alone loaded k1, which no earlier chapter of that book run trained: not a cold book
+    assert not costs.record_book(tmp_path, "cpu", 70.0, [b])["from_empty_cache"]
+    assert costs.record_book(tmp_path, "cpu", 1.0, []) is None
+    runs = costs.read_log(tmp_path)
+    titles = {"a": "Chapter A", "b": "Chapter B"}
+    summary = costs.summary_markdown(runs, titles)
+    assert summary.startswith("Measured at `cpu` in one `memlab book` from an empty model cache: the 2 chapters "
+                              "took 6.7 minutes wall and 12 CPU-minutes (X, 2 threads, 2026-12-01); the longest, "
+                              "Chapter A, 5.3 minutes.")
+    page = costs.page_markdown(runs, titles)
+    assert ("**The whole book from an empty model cache**, in one `memlab book`: 6.7 min wall and 12 CPU-minutes "
+            "for its 2 chapters") in page
+    assert "Per chapter, wall: 1. 5.3 min; 2. 1.2 min, 1 of its models loaded from earlier chapters." in page
+    assert page.index("The whole book") < page.index("| Chapter |")  # the book first, then its chapters
+    for _ in range(costs.KEEP_PER_CHAPTER + 2):
+        costs.record_book(tmp_path, "cpu", 400.0, [a, b])
+    assert sum(r["kind"] == "book" for r in costs.read_log(tmp_path)) == costs.KEEP_PER_CHAPTER
+    assert [r["chapter"] for r in costs.read_log(tmp_path)].count("a") == 1  # chapters' records untouched
+
+
+def test_memlab_book_prints_its_estimate_first_and_records_itself(tmp_path, monkeypatch, capsys):
+    install_fake_chapter(tmp_path, monkeypatch, SEED_SPEC, NOTEBOOK, module="costs_spec")
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "cache"))
+    rendered = []
+    monkeypatch.setattr(cli, "render", lambda *a, **k: rendered.append(1))
+    assert cli.main(["book", "--profile", "smoke", "--chapters", "fake", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == ["book: 1 chapter at profile smoke; checking every chapter's parameters before any runs",
+                       "book estimate: no recorded run of its 1 chapter at smoke; running at 1 thread",
+                       "book: chapter 1 of 1: fake"]
+    assert out[-1].startswith("book: its 1 chapter ran in ") and "from an empty model cache" in out[-1]
+    assert rendered == [1]
+    log = costs.read_log(tmp_path / "book")
+    assert [r["kind"] for r in log] == ["cold", "book"] and log[1]["from_empty_cache"]
+    assert log[1]["chapters"][0]["trained"] == 2 and log[1]["wall_s"] >= log[0]["wall_s"]
+    assert cli.main(["book", "--profile", "smoke", "--chapters", "fake", "--threads", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("book estimate: 1 chapter at smoke, ~") and "2 of 2 models cached" in out[1]
+    assert out[2].startswith("book: chapter 1 of 1: fake (estimated ~") and out[2].endswith(" min of the book left)")
+    assert "with some models cached" in out[-1]
+    assert not costs.read_log(tmp_path / "book")[-1]["from_empty_cache"]

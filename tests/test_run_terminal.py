@@ -113,3 +113,20 @@ def test_a_killed_run_leaves_its_kernel_files_where_the_next_run_removes_them(fa
     assert done.returncode == 0, done.stderr
     assert not list(book.glob(".staging-*"))  # the dead run's folder, connection file included, is gone
     assert json.loads((book / "results" / "fake.json").read_text())["metrics"]["ok"] == 1
+
+
+def test_a_sweeps_run_relays_its_progress_to_its_file_for_the_sweeps_bar(fake, capsys, monkeypatch):
+    from memlab import runner, sweep
+
+    root, _ = fake
+    monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # even as on a terminal: a sweep's run shows nothing itself
+    progress_file = root / "sweeps" / ".progress" / "seed-0.log"
+    progress_file.parent.mkdir(parents=True)
+    runner.run_chapter("fake", "smoke", {}, book_dir=root / "out", progress_file=progress_file)
+    assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("fake:")]
+    assert relay.last_line(progress_file).startswith("fake steps: done, 4 in")
+    assert sweep.running_lines(root / "sweeps", ["seed-0", "seed-1"]).startswith("seed-0: fake steps: done, 4 in")
+    assert len(sweep.running_lines(root / "sweeps", ["seed-0"], width=20)) == 20
+    # run_one relays there while the run goes, and removes the file when it ends
+    assert sweep.run_one("fake", "smoke", {"seed": 1}, str(root / "sweeps" / "seed-1"))["status"] == "done"
+    assert not sweep.progress_path(root / "sweeps", "seed-1").exists()

@@ -34,6 +34,45 @@ from memlab.runner import (  # noqa: F401 - parse_value re-exported: the command
 )
 
 
+def _book_command(args) -> None:
+    """Every chapter in turn, then the render: its estimate first, the book's time left at each
+    chapter, and the whole run's cost recorded in the cost log (:func:`memlab.costs.record_book`)."""
+    import time
+
+    from memlab import costs
+    from memlab.runner import estimate
+
+    start = time.perf_counter()
+    root = repo_root()
+    book = root / "book"
+    chapters = args.chapters or list(CHAPTERS)
+    threads = thread_count(args.threads)
+    print(f"book: {len(chapters)} chapter{'s' if len(chapters) != 1 else ''} at profile {args.profile}; "
+          "checking every chapter's parameters before any runs", flush=True)
+    set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
+    cfgs = {c: validate(c, args.profile, {}, root)[1] for c in chapters}  # all before running any
+    est = costs.book_estimate({c: estimate(c, args.profile, cfg, threads, book, root) for c, cfg in cfgs.items()})
+    print(costs.book_estimate_line(args.profile, threads, est), flush=True)
+    records, done = [], {}
+    for i, c in enumerate(chapters, 1):
+        left = costs.book_left_s(est, chapters[i - 1:], done)
+        left_text = "" if left is None else f" (estimated ~{costs.minutes(left):g} min of the book left)"
+        print(f"book: chapter {i} of {len(chapters)}: {c}{left_text}", flush=True)
+        before, t0 = costs.read_log(book), time.perf_counter()
+        run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
+                    allow_cpu=args.allow_cpu, threads=args.threads)
+        done[c] = time.perf_counter() - t0
+        records += [r for r in costs.read_log(book) if r not in before and r.get("chapter") == c]
+    rec = costs.record_book(book, args.profile, time.perf_counter() - start, records)  # before render: the page shows it
+    print("book: rendering the HTML book", flush=True)
+    render()
+    if rec is not None:
+        how = "from an empty model cache" if rec["from_empty_cache"] else "with some models cached"
+        print(f"book: its {len(chapters)} chapter{'s' if len(chapters) != 1 else ''} ran in {costs.minutes(rec['wall_s']):g} min wall and "
+              f"{costs.minutes(rec['cpu_s']):g} CPU-min, {how} (recorded in {costs.log_path(book)}); "
+              f"the render took {time.perf_counter() - start - rec['wall_s']:.0f} s", flush=True)
+
+
 # ----------------------------------------------------------------------------- entry point
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,15 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code,
                         threads=args.threads)
         elif args.command == "book":
-            chapters = args.chapters or list(CHAPTERS)
-            set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
-            for c in chapters:  # validate all before running any
-                validate(c, args.profile, {}, repo_root())
-            for i, c in enumerate(chapters, 1):
-                print(f"book: chapter {i} of {len(chapters)}: {c}", flush=True)
-                run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
-                            allow_cpu=args.allow_cpu, threads=args.threads)
-            render()
+            _book_command(args)
         elif args.command == "sweep":
             _sweep_command(parser, args, pairs)
         elif args.command == "compare":

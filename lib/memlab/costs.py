@@ -135,8 +135,6 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
     was. ``code`` is the chapter's ``CODE_VERSION``. Returns the record, or None when the results
     carry no cost (an older kernel).
     """
-    from memlab.fsutil import write_atomic
-
     prov = payload.get("provenance") or {}
     cost = prov.get("cost")
     if not isinstance(cost, dict):
@@ -149,11 +147,18 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
            "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
            "estimate_cpu_s": None if estimate_cpu_s is None else round(float(estimate_cpu_s), 1),
            "code": code, "keys": cost.get("keys", {})}
+    return _append(book, rec)
+
+
+def _append(book: Path, rec: dict) -> dict:
+    """Append ``rec`` to the cost log, keeping the latest :data:`KEEP_PER_CHAPTER` records of its
+    chapter and profile (book runs, chapter None, are kept apart per profile); returns ``rec``."""
+    from memlab.fsutil import write_atomic
+
     runs = read_log(book) + [rec]
     same = [r for r in runs if (r.get("chapter"), r.get("profile")) == (rec["chapter"], rec["profile"])]
     drop = {id(r) for r in same[:-KEEP_PER_CHAPTER]}
-    runs = [r for r in runs if id(r) not in drop]
-    text = (json.dumps({"runs": runs}, indent=1) + "\n").encode()
+    text = (json.dumps({"runs": [r for r in runs if id(r) not in drop]}, indent=1) + "\n").encode()
     write_atomic(log_path(book), lambda f: f.write(text))
     return rec
 
@@ -186,7 +191,8 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     another one, its cache keys are not this run's (they hash the code version), so none of
     its models counts as cached and ``stale_code`` gives the recorded version.
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
-    ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, and the wall seconds of
+    ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, ``keys`` (the m cache keys),
+    ``to_train`` (key -> CPU seconds of each one charged), ``speed`` (CPU per wall second), and the wall seconds of
     each at ``threads`` threads when a recorded run at that thread count gives the ratio
     (``cold_wall_s``, ``this_wall_s``; else None), ``runs`` (how many records it used).
     With no run of these parameters but one that differed only in its seed, the estimate is that
@@ -210,6 +216,7 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     rest = max(0.0, float(last["cpu_s"]) - float(last.get("train_cpu_s") or 0.0))  # the run minus its training
     cold = this = rest
     cached = 0
+    to_train: dict[str, float] = {}
     for k, e in keys.items():
         cost = by_key.get(k)
         if cost is None:  # never seen trained: the stage's mean
@@ -220,8 +227,10 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
             cached += 1
         else:
             this += cost
+            to_train[k] = round(cost, 1)
     speed = _speedup(runs, threads)
     out.update(known=True, models=len(keys), cached=None if other_seed else cached, cold_cpu_s=round(cold, 1),
+               to_train=to_train, keys=sorted(keys), speed=speed,
                this_cpu_s=round(this, 1), cold_wall_s=None if speed is None else round(cold / speed, 1),
                this_wall_s=None if speed is None else round(this / speed, 1), date=last.get("date"),
                other_seed=other_seed)
@@ -263,6 +272,95 @@ def estimate_line(chapter: str, profile: str, est: dict) -> str:
     return (f"estimate: {chapter} at {profile}: a cold run ~{_minutes(est['cold_cpu_s'])} CPU-min "
             f"({wall('cold')}); {cached}, so this run "
             f"~{_minutes(est['this_cpu_s'])} CPU-min ({wall('this')})")
+
+
+def book_estimate(ests: dict[str, dict]) -> dict:
+    """What ``memlab book`` will cost, from each chapter's :func:`estimate` (chapter id -> estimate, in book order).
+
+    A model two chapters need (chapter 6 reads chapters 1 and 3's) is trained once, by the first:
+    a later chapter is charged only the models no earlier chapter trains. Returns ``chapters``
+    (chapter -> ``cpu_s`` and ``wall_s``, None where that chapter's wall is not known), ``cpu_s``,
+    ``wall_s`` (None unless every chapter's is known), ``models`` and ``cached`` (distinct keys), and
+    ``unknown`` (chapters with no recorded run at these parameters).
+    """
+    counted: set[str] = set()
+    every: set[str] = set()
+    charged: set[str] = set()
+    per: dict[str, dict] = {}
+    for chapter, est in ests.items():
+        if not est.get("known"):
+            per[chapter] = {"cpu_s": None, "wall_s": None}
+            continue
+        again = sum(c for k, c in est["to_train"].items() if k in counted)
+        counted |= set(est["to_train"])
+        every |= set(est["keys"])
+        charged |= set(est["to_train"])
+        cpu = est["this_cpu_s"] - again
+        per[chapter] = {"cpu_s": cpu, "wall_s": None if not est.get("speed") else cpu / est["speed"]}
+    known = [v for v in per.values() if v["cpu_s"] is not None]
+    walls = [v["wall_s"] for v in per.values()]
+    return {"chapters": per, "cpu_s": sum(v["cpu_s"] for v in known),
+            "wall_s": None if any(w is None for w in walls) else sum(walls),
+            "models": len(every), "cached": len(every - charged),
+            "unknown": [c for c, v in per.items() if v["cpu_s"] is None]}
+
+
+def book_estimate_line(profile: str, threads: int, est: dict) -> str:
+    """The line ``memlab book`` prints before its first chapter (see :func:`book_estimate`)."""
+    n = len(est["chapters"])
+    t = f"{threads} thread{'s' if threads != 1 else ''}"
+    them = f"{n} chapter{'s' if n != 1 else ''}"
+    if est["unknown"] and len(est["unknown"]) == n:
+        return f"book estimate: no recorded run of its {them} at {profile}; running at {t}"
+    wall = (f"~{_minutes(est['wall_s'])} min wall at {t}" if est["wall_s"] is not None
+            else f"wall at {t} not yet measured for every chapter")
+    unknown = (f"; not counted: {', '.join(est['unknown'])} (no recorded run at these parameters)"
+               if est["unknown"] else "")
+    return (f"book estimate: {them} at {profile}, ~{_minutes(est['cpu_s'])} CPU-min ({wall}); "
+            f"{est['cached']} of {est['models']} models cached, each shared model trained once{unknown}")
+
+
+def book_left_s(est: dict, chapters: list[str], done: dict[str, float] | None = None) -> float | None:
+    """Estimated wall seconds of ``chapters`` (the ones still to run), None if any is not known.
+
+    ``done``: chapter -> measured wall seconds of the chapters already run in this book; the
+    estimate is scaled by how they compared with their own estimates (a machine faster or slower
+    than the recorded one shows in the first chapter).
+    """
+    walls = [est["chapters"][c]["wall_s"] for c in chapters]
+    if any(w is None for w in walls):
+        return None
+    pairs = [(est["chapters"][c]["wall_s"], s) for c, s in (done or {}).items() if est["chapters"][c]["wall_s"]]
+    scale = sum(s for _, s in pairs) / sum(e for e, _ in pairs) if pairs else 1.0
+    return scale * sum(walls)
+
+
+def record_book(book: Path, profile: str, wall_s: float, chapters: list[dict]) -> dict | None:
+    """Append one ``memlab book`` run to the cost log: its own wall time and its chapters' records.
+
+    ``wall_s``: from the book's start (its checks and estimate included) to its last chapter's
+    end, the render excluded. ``chapters`` are the records :func:`record` appended during this book run, in book order.
+    ``from_empty_cache`` holds when no chapter loaded a model that an earlier chapter of this run
+    did not train: the book started from an empty model cache. Returns the record (None when no
+    chapter recorded a cost).
+    """
+    if not chapters:
+        return None
+    trained: set[str] = set()
+    empty = True
+    for r in chapters:
+        keys = r.get("keys") or {}
+        empty = empty and all(v.get("trained") or k in trained for k, v in keys.items())
+        trained |= {k for k, v in keys.items() if v.get("trained")}
+    first = chapters[0]
+    rec = {"chapter": None, "profile": profile, "kind": "book", "date": first.get("date"),
+           "device": first.get("device"), "commit": first.get("commit"), "threads": first.get("threads"),
+           "wall_s": round(float(wall_s), 1), "cpu_s": round(sum(float(r.get("cpu_s") or 0) for r in chapters), 1),
+           "from_empty_cache": empty,
+           "peak_memory_mb": max(float(r.get("peak_memory_mb") or 0) for r in chapters),
+           "chapters": [{k: r.get(k) for k in ("chapter", "kind", "wall_s", "cpu_s", "trained", "loaded")}
+                        for r in chapters]}
+    return _append(book, rec)
 
 
 # ----------------------------------------------------------------------------- the cost page
@@ -309,7 +407,8 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
     if not profiles:
         lines.append("No run has recorded its cost in this book yet.")
     for profile in profiles:
-        lines += [f"## Profile `{profile}`", "",
+        whole = _latest_book(runs, profile)
+        lines += [f"## Profile `{profile}`", "", *([_book_paragraph(whole, chapters), ""] if whole else []),
                   "| Chapter | Cold: wall / CPU (min) | Models trained | Warm: wall / CPU (min) "
                   "| Peak memory (GB) | Estimate vs CPU (min) |",
                   "|---|---|---|---|---|---|"]
@@ -420,8 +519,40 @@ def book_cold_s(cold: list[dict]) -> tuple[float, float]:
     return wall, cpu
 
 
+def _latest_book(runs: list[dict], profile: str) -> dict | None:
+    """The last ``memlab book`` run at ``profile`` that started from an empty model cache."""
+    books = [r for r in runs if r.get("kind") == "book" and r.get("profile") == profile and r.get("from_empty_cache")]
+    return books[-1] if books else None
+
+
+def _book_paragraph(rec: dict, chapters: dict[str, str]) -> str:
+    """The cost page's account of a whole ``memlab book`` run (:func:`record_book`)."""
+    parts = []
+    for c in rec["chapters"]:
+        n = list(chapters).index(c["chapter"]) + 1 if c["chapter"] in chapters else "?"
+        shared = (f", {c['loaded']} of its models loaded from earlier chapters" if c.get("loaded") else "")
+        parts.append(f"{n}. {_cell_min(c.get('wall_s'))} min{shared}")
+    return (f"**The whole book from an empty model cache**, in one `memlab book`: {_minutes(rec['wall_s'])} min "
+            f"wall and {_minutes(rec['cpu_s'])} CPU-minutes for its {len(rec['chapters'])} chapters "
+            f"({_machine(rec)}; the render after them not counted). Per chapter, wall: {'; '.join(parts)}. "
+            "Each model is trained once, by the first chapter that needs it; the table's cold runs each "
+            "started from an empty cache.")
+
+
 def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
-    """One paragraph for the front page: the whole book's measured cold cost, or that none is recorded."""
+    """One paragraph for the front page: the whole book's measured cold cost, or that none is recorded.
+
+    The last ``memlab book`` run from an empty cache when there is one (measured in one go);
+    else the chapters' own cold runs added up (each shared model counted once).
+    """
+    whole = _latest_book(runs, profile)
+    if whole is not None:
+        longest = max(whole["chapters"], key=lambda c: c.get("wall_s") or 0)
+        return (f"Measured at `{profile}` in one `memlab book` from an empty model cache: the "
+                f"{len(whole['chapters'])} chapters took {_minutes(whole['wall_s'])} minutes wall and "
+                f"{_minutes(whole['cpu_s'])} CPU-minutes ({_machine(whole)}); the longest, "
+                f"{chapters.get(longest['chapter'], longest['chapter'])}, {_minutes(longest['wall_s'])} minutes. "
+                "Per chapter, warm runs and the machine: [What a run costs](cost.md).")
     cold = [_latest(runs, cid, profile, ("cold",)) for cid in chapters]
     have = [r for r in cold if r is not None]
     if not have:

@@ -38,6 +38,19 @@ def emit(line: str) -> None:
     append_line(os.environ.get(ENV), line)
 
 
+def last_line(path: Path, tail_bytes: int = 4096) -> str | None:
+    """The last complete, non-empty line relayed to ``path`` (None when there is none yet)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail_bytes))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = [line for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
 class Follower:
     """Print the lines a kernel relays to ``path`` as ``<label>: <line>`` on ``stream`` until stopped."""
 

@@ -400,8 +400,12 @@ def run_chapter(
     allow_cpu: bool = False,
     trust_remote_code: Sequence[str] = (),
     threads: int | None = None,
+    progress_file: Path | None = None,
 ) -> Path:
     """Validate and preflight, execute with papermill, publish; returns the executed notebook's path.
+
+    ``progress_file``: the kernel's progress lines are appended there instead of shown on this
+    terminal (a sweep's run, whose progress the sweep's own bar shows).
 
     The kernel computes with ``threads`` threads (:func:`memlab.config.thread_count`: the
     argument, else ``OMP_NUM_THREADS``, else every core this process may use).
@@ -466,9 +470,11 @@ def run_chapter(
         start = time.perf_counter()
         kernel_log = staging / "kernel.log"
         km_class = _kernel_manager_class(kernel_log, staging)
-        follow = relay.enabled() and not log_output
+        follow = relay.enabled() and not log_output and progress_file is None
         if follow:  # the kernel's progress bars, on this terminal (memlab.relay)
             os.environ[relay.ENV] = str(staging / "progress.log")
+        elif progress_file is not None:
+            os.environ[relay.ENV] = str(progress_file)
         try:
             with relay.Follower(staging / "progress.log", chapter) if follow else contextlib.nullcontext():
                 papermill.execute_notebook(

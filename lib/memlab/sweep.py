@@ -173,12 +173,16 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
 
         os.environ["CUDA_VISIBLE_DEVICES"] = str(get_worker().name)
     tmp = make_tmp_dir(final.parent, final.name)
+    progress_file = progress_path(final.parent, final.name)
     try:
         start = time.perf_counter()
+        progress_file.parent.mkdir(exist_ok=True)
+        progress_file.write_text("")  # a retry's bar starts afresh
         # run_chapter sets the process's environment for its kernel: one run at a time per process,
         # even on a worker started with several threads
         with _RUN_LOCK:
-            runner.run_chapter(chapter, profile, params, book_dir=tmp, **(flags or {}))
+            runner.run_chapter(chapter, profile, params, book_dir=tmp, progress_file=progress_file,
+                               **(flags or {}))
         meta = {"chapter": chapter, "profile": profile, "params": params,
                 "wall_time_s": round(time.perf_counter() - start, 1), "threads": threads}
         (tmp / RUN_FILE).write_text(json.dumps(meta, indent=1) + "\n")
@@ -186,9 +190,28 @@ def run_one(chapter: str, profile: str, params: dict[str, Any], folder: str, thr
             shutil.rmtree(final)
         os.rename(tmp, final)
     finally:
+        progress_file.unlink(missing_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return {"run": final.name, "status": "done", "wall_time_s": meta["wall_time_s"]}
+
+
+def progress_path(sweep_dir: Path, rid: str) -> Path:
+    """Where run ``rid`` of a sweep relays its kernel's progress while it runs (removed when it ends)."""
+    return Path(sweep_dir) / ".progress" / f"{rid}.log"
+
+
+def running_lines(sweep_dir: Path, rids: list[str], width: int = 70) -> str:
+    """Each running run's latest progress line, ``<run>: <line>``, cut to ``width`` characters, joined by ``; ``."""
+    from memlab.relay import last_line
+
+    out = []
+    for rid in rids:
+        line = last_line(progress_path(sweep_dir, rid))
+        if line:
+            text = f"{rid}: {line}"
+            out.append(text if len(text) <= width else text[: width - 3] + "...")
+    return "; ".join(out)
 
 
 # ----------------------------------------------------------------------------- clusters
@@ -385,6 +408,7 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
         print(f"dask: each run requests the resource GPU={gpus_per_run}: start the workers with "
               f"--resources GPU=N (else the runs wait)")
     try:
+        shutil.rmtree(sweep_dir / ".progress", ignore_errors=True)  # a killed sweep's runs' lines
         futures = {}
         for p in todo:
             rid = run_id(p)
@@ -396,6 +420,7 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
         from memlab.fsutil import clean_orphans
 
         clean_orphans(sweep_dir)  # every run is over: temp folders left are those of killed workers
+        shutil.rmtree(sweep_dir / ".progress", ignore_errors=True)
     finally:
         client.close()
         if own is not None:
@@ -404,7 +429,8 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
 
 
 def _follow(client, futures: dict, sweep_dir: Path) -> None:
-    """One progress bar (done / running / failed) until every run finished; failures recorded."""
+    """One progress bar until every run finished (done / running / failed, and each running run's
+    latest progress line: its stage, step and ETA); failures recorded."""
     from distributed import wait
 
     from memlab.progress import progress
@@ -440,7 +466,9 @@ def _follow(client, futures: dict, sweep_dir: Path) -> None:
             running = sum(min(len(v), threads.get(w, 1)) for w, v in client.processing().items())
         except Exception:  # noqa: BLE001 - the count is cosmetic
             running = 0
-        bar.set_postfix_str(f"done {done}, running {running}, failed {len(failed)}", refresh=False)
+        inside = running_lines(sweep_dir, sorted(futures[f][0] for f in pending))
+        bar.set_postfix_str(f"done {done}, running {running}, failed {len(failed)}"
+                            + (f" | {inside}" if inside else ""), refresh=False)
         bar.update(len(finished))
     bar.close()
     print(f"sweep: {done} done, {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else ""))
