@@ -76,6 +76,26 @@ def test_the_estimate_counts_cached_models_and_charges_only_the_missing_ones(tmp
                                                      "(1 recorded with other parameters); running at 2 threads")
 
 
+def test_wall_time_comes_from_this_cpus_runs_weighted_by_their_length(tmp_path):
+    # Thread efficiency is a property of the CPU, and a warm run of seconds (start-up at one busy
+    # thread) says little about a cold run of minutes: the ratio is of sums, on this device first.
+    def rec(device, cpu, wall, keys=None):
+        payload = _payload(cpu=cpu, wall=wall, keys=keys)
+        payload["provenance"]["device"] = device
+        costs.record(tmp_path, payload, wall_s=wall)
+
+    warm = {"k1": {"stage": "s", "trained": False}, "k2": {"stage": "s", "trained": False}}
+    rec("cpu (A)", cpu=100.0, wall=100.0)            # 1.0 CPU-s per wall-s on A
+    rec("cpu (B)", cpu=190.0, wall=100.0)            # 1.9 on B, a long cold run
+    rec("cpu (B)", cpu=5.0, wall=10.0, keys=warm)    # 0.5 on B, a short warm one
+    on_b = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: False, device="cpu (B)")
+    assert on_b["speed"] == pytest.approx(195.0 / 110.0)  # not the mean of ratios, (1.9 + 0.5) / 2
+    on_a = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: False, device="cpu (A)")
+    assert on_a["speed"] == pytest.approx(1.0)
+    elsewhere = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: False, device="cpu (C)")
+    assert elsewhere["speed"] == pytest.approx(295.0 / 210.0)  # no run on C: every run at 2 threads
+
+
 def test_a_new_seed_is_estimated_from_the_run_of_another_seed_and_charged_as_cold(tmp_path):
     # A seed sweep's seeds 1, 2, ... have never run, but they train the same models for the same
     # steps as seed 0: its cost is theirs. Seed 0's models are cached, yet none of them is seed 1's.

@@ -40,6 +40,7 @@ def _book_command(args) -> None:
     import time
 
     from memlab import costs
+    from memlab.progress import progress
     from memlab.runner import estimate
 
     start = time.perf_counter()
@@ -50,7 +51,9 @@ def _book_command(args) -> None:
     print(f"book: {len(chapters)} chapter{'s' if len(chapters) != 1 else ''} at profile {args.profile}; "
           "checking every chapter's parameters before any runs", flush=True)
     set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
-    cfgs = {c: validate(c, args.profile, {}, root)[1] for c in chapters}  # all before running any
+    # all before running any; a bar, as the first imports from a cold disk can take a while
+    cfgs = {c: validate(c, args.profile, {}, root)[1]
+            for c in progress(chapters, desc="book: checking", mininterval=0.5)}
     est = costs.book_estimate({c: estimate(c, args.profile, cfg, threads, book, root) for c, cfg in cfgs.items()})
     print(costs.book_estimate_line(args.profile, threads, est), flush=True)
     records, done = [], {}

@@ -175,21 +175,29 @@ def _key_costs(runs: Iterable[dict]) -> tuple[dict[str, float], dict[str, list[f
     return by_key, by_stage
 
 
-def _speedup(runs: list[dict], threads: int) -> float | None:
-    """CPU seconds per wall second of recorded runs at ``threads`` threads (None if none recorded)."""
-    ratios = [r["cpu_s"] / r["kernel_wall_s"] for r in runs
-              if r.get("threads") == threads and r.get("kernel_wall_s") and r.get("cpu_s")]
-    return sum(ratios) / len(ratios) if ratios else None
+def _speedup(runs: list[dict], threads: int, device: str | None = None) -> float | None:
+    """CPU seconds per wall second of the recorded runs at ``threads`` threads (None if none recorded).
+
+    Only the runs on ``device`` count when there are any (a run's thread efficiency depends on the
+    CPU), and the ratio is of their sums: a warm run of seconds, mostly start-up at one busy
+    thread, must not weigh as much as a cold run of minutes.
+    """
+    at = [r for r in runs if r.get("threads") == threads and r.get("kernel_wall_s") and r.get("cpu_s")]
+    here = [r for r in at if device is not None and r.get("device") == device]
+    use = here or at
+    return sum(r["cpu_s"] for r in use) / sum(r["kernel_wall_s"] for r in use) if use else None
 
 
 def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iterable[Path],
-             is_cached: Callable[[str], bool], code: str | None = None) -> dict:
+             is_cached: Callable[[str], bool], code: str | None = None, device: str | None = None) -> dict:
     """What the run about to start will cost, from the cost logs of ``books``.
 
     ``is_cached(key)`` says whether a cache entry is there now (:func:`memlab.cache.has`).
     ``code``: the chapter's ``CODE_VERSION`` now; when the last recorded run was made at
     another one, its cache keys are not this run's (they hash the code version), so none of
-    its models counts as cached and ``stale_code`` gives the recorded version.
+    its models counts as cached and ``stale_code`` gives the recorded version. ``device`` (this
+    machine's, as the records name it): wall time comes from the CPU/wall ratio of the runs on it
+    when there are any (:func:`_speedup`).
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, ``keys`` (the m cache keys),
     ``to_train`` (key -> CPU seconds of each one charged), ``speed`` (CPU per wall second), and the wall seconds of
@@ -228,7 +236,7 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
         else:
             this += cost
             to_train[k] = round(cost, 1)
-    speed = _speedup(runs, threads)
+    speed = _speedup(runs, threads, device)
     out.update(known=True, models=len(keys), cached=None if other_seed else cached, cold_cpu_s=round(cold, 1),
                to_train=to_train, keys=sorted(keys), speed=speed,
                this_cpu_s=round(this, 1), cold_wall_s=None if speed is None else round(cold / speed, 1),

@@ -107,6 +107,15 @@ def cpu_name() -> str:
     return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
 
 
+def device_label() -> str:
+    """The device a run computes on, as provenance and the cost log name it, e.g. ``cpu (AMD EPYC, AVX512)``."""
+    import torch
+
+    dev = device()
+    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else cpu_name()
+    return f"{dev.type} ({name})"
+
+
 def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> dict[str, Any]:
     """Where a result came from: commit (``commit``, else HEAD now), versions, device, wall time, date."""
     import torch
@@ -119,13 +128,11 @@ def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> d
         tv = transformers.__version__
     except ImportError:  # pragma: no cover - pinned dependency
         tv = None
-    dev = device()
-    name = torch.cuda.get_device_name(0) if dev.type == "cuda" else cpu_name()
     return {
         "git_commit": commit or git_commit(),
         "memlab_version": memlab.__version__,
         "profile": profile,
-        "device": f"{dev.type} ({name})",
+        "device": device_label(),
         "cpu_threads": torch.get_num_threads(),
         "torch_compile": compiled_steps(),
         "python": platform.python_version(),

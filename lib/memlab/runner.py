@@ -347,11 +347,11 @@ def flag_env(allow_download: bool = False, allow_cpu: bool = False, trust_remote
 def estimate(chapter: str, profile: str, cfg, threads: int, book: Path, root: Path) -> dict:
     """The cost of the run about to start (:func:`memlab.costs.estimate`), from this book's cost log and the published one."""
     from memlab import cache, costs
-    from memlab.results import to_jsonable
+    from memlab.results import device_label, to_jsonable
 
     books = list(dict.fromkeys([book, root / "book"]))
     return costs.estimate(chapter, profile, to_jsonable(cfg.to_dict()), threads, books, cache.has,
-                          code=costs.code_version(chapter))
+                          code=costs.code_version(chapter), device=device_label())
 
 
 def verdict_basis(chapter: str, book: Path | None = None) -> str:
