@@ -332,3 +332,21 @@ def test_memlab_book_prints_its_estimate_first_and_records_itself(tmp_path, monk
     assert out[2].startswith("book: chapter 1 of 1: fake (estimated ~") and out[2].endswith(" min of the book left)")
     assert "with some models cached" in out[-1]
     assert not costs.read_log(tmp_path / "book")[-1]["from_empty_cache"]
+
+
+def test_the_readmes_book_time_is_the_latest_cold_book_in_the_cost_log():
+    # The README states what the whole book costs; it must be the measurement, not a promise.
+    import re
+
+    from memlab.config import repo_root
+
+    root = repo_root()
+    whole = costs._latest_book(costs.read_log(root / "book"), "cpu")
+    assert whole is not None, "book/costs.json holds no cold `memlab book` run at cpu"
+    text = " ".join((root / "README.md").read_text().split())
+    said = re.search(r"from an empty model cache it took \*\*(\d+) minutes\*\* wall on an idle (\d+)-core", text)
+    assert said, "the README's 'Build the whole book' paragraph no longer states the measured time"
+    assert costs._minutes(whole["wall_s"]) == said.group(1)
+    assert int(said.group(2)) == whole["threads"]
+    walls = [c["wall_s"] for c in whole["chapters"]]
+    assert f"{costs._minutes(min(walls))} to {costs._minutes(max(walls))} minutes per chapter" in text
