@@ -68,8 +68,10 @@ def test_the_estimate_counts_cached_models_and_charges_only_the_missing_ones(tmp
     line = costs.estimate_line("c", "cpu", est)
     assert line.startswith("estimate: c at cpu: a cold run ~1.7 CPU-min (~1.0 min wall at 2 threads); "
                            "1 of 2 models cached, so this run ~0.8 CPU-min")
+    at_four = costs.estimate("c", "cpu", {"seed": 0}, 4, [book], is_cached=lambda k: False)
+    assert at_four["cold_wall_s"] is None and "wall at 4 threads not yet measured" in costs.estimate_line("c", "cpu", at_four)
     at_one = costs.estimate("c", "cpu", {"seed": 0}, 1, [book], is_cached=lambda k: False)
-    assert at_one["cold_wall_s"] is None and "wall at 1 threads not yet measured" in costs.estimate_line("c", "cpu", at_one)
+    assert at_one["cold_wall_s"] == at_one["cold_cpu_s"]  # one thread: wall about CPU, until a run says better
     other = costs.estimate("c", "cpu", {"seed": 0, "width": 16}, 2, [book], is_cached=lambda k: False)
     assert not other["known"]
     assert costs.estimate_line("c", "cpu", other) == ("estimate: no recorded run of c at cpu with these parameters "
@@ -347,6 +349,6 @@ def test_the_readmes_book_time_is_the_latest_cold_book_in_the_cost_log():
     said = re.search(r"from an empty model cache it took \*\*(\d+) minutes\*\* wall on an idle (\d+)-core", text)
     assert said, "the README's 'Build the whole book' paragraph no longer states the measured time"
     assert costs._minutes(whole["wall_s"]) == said.group(1)
-    assert int(said.group(2)) == whole["threads"]
+    assert int(said.group(2)) == whole["threads"] * whole.get("jobs", 1)  # every core the book used
     walls = [c["wall_s"] for c in whole["chapters"]]
     assert f"{costs._minutes(min(walls))} to {costs._minutes(max(walls))} minutes per chapter" in text

@@ -1,7 +1,7 @@
 """Command line: run a chapter, run every chapter, render the book (memlab.book), sweep (memlab.sweep).
 
     memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--dry-run] [--no-cache] [--book-dir DIR]
-    memlab book [--profile P] [--chapters ID ...]
+    memlab book [--profile P] [--chapters ID ...] [--jobs N] [--threads N]   (memlab.bookrun)
     memlab render [--root DIR]
     memlab list
     memlab exercises build [CHAPTER ...] [--book] | memlab exercises grade PATH ...   (memlab.exercises)
@@ -32,48 +32,6 @@ from memlab.runner import (  # noqa: F401 - parse_value re-exported: the command
     print_estimate,
     RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
 )
-
-
-def _book_command(args) -> None:
-    """Every chapter in turn, then the render: its estimate first, the book's time left at each
-    chapter, and the whole run's cost recorded in the cost log (:func:`memlab.costs.record_book`)."""
-    import time
-
-    from memlab import costs
-    from memlab.progress import progress
-    from memlab.runner import estimate
-
-    start = time.perf_counter()
-    root = repo_root()
-    book = root / "book"
-    chapters = args.chapters or list(CHAPTERS)
-    threads = thread_count(args.threads)
-    print(f"book: {len(chapters)} chapter{'s' if len(chapters) != 1 else ''} at profile {args.profile}; "
-          "checking every chapter's parameters before any runs", flush=True)
-    set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
-    # all before running any; a bar, as the first imports from a cold disk can take a while
-    cfgs = {c: validate(c, args.profile, {}, root)[1]
-            for c in progress(chapters, desc="book: checking", mininterval=0.5)}
-    est = costs.book_estimate({c: estimate(c, args.profile, cfg, threads, book, root) for c, cfg in cfgs.items()})
-    print(costs.book_estimate_line(args.profile, threads, est), flush=True)
-    records, done = [], {}
-    for i, c in enumerate(chapters, 1):
-        left = costs.book_left_s(est, chapters[i - 1:], done)
-        left_text = "" if left is None else f" (estimated ~{costs.minutes(left):g} min of the book left)"
-        print(f"book: chapter {i} of {len(chapters)}: {c}{left_text}", flush=True)
-        before, t0 = costs.read_log(book), time.perf_counter()
-        run_chapter(c, args.profile, {}, None, args.no_cache, args.allow_download,
-                    allow_cpu=args.allow_cpu, threads=args.threads)
-        done[c] = time.perf_counter() - t0
-        records += [r for r in costs.read_log(book) if r not in before and r.get("chapter") == c]
-    rec = costs.record_book(book, args.profile, time.perf_counter() - start, records)  # before render: the page shows it
-    print("book: rendering the HTML book", flush=True)
-    render()
-    if rec is not None:
-        how = "from an empty model cache" if rec["from_empty_cache"] else "with some models cached"
-        print(f"book: its {len(chapters)} chapter{'s' if len(chapters) != 1 else ''} ran in {costs.minutes(rec['wall_s']):g} min wall and "
-              f"{costs.minutes(rec['cpu_s']):g} CPU-min, {how} (recorded in {costs.log_path(book)}); "
-              f"the render took {time.perf_counter() - start - rec['wall_s']:.0f} s", flush=True)
 
 
 # ----------------------------------------------------------------------------- entry point
@@ -110,7 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-download", action="store_true", help="fetch missing data once into data/")
     b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     b.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core)")
+                   help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core "
+                        "shared among the --jobs)")
+    b.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="chapters run at once, each in its own process (default 1)")
     b.add_argument("--compile", action="store_true",
                    help="torch.compile the long training loops (MEMLAB_COMPILE=1; off by default: 1.07x for chapter 1)")
     mo = sub.add_parser("models", help="install a pretrained model offline, once (memlab.models.local)")
@@ -333,6 +294,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("run", "book"):
             thread_count(args.threads)  # a bad --threads or OMP_NUM_THREADS is refused first
+        if args.command == "book":
+            from memlab.bookrun import jobs_count
+
+            jobs_count(args.jobs)
         if getattr(args, "compile", False):
             os.environ[COMPILE_ENV] = "1"  # the kernels (and a sweep's workers) inherit it
         if args.command in ("run", "book", "sweep"):
@@ -359,7 +324,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code,
                         threads=args.threads)
         elif args.command == "book":
-            _book_command(args)
+            from memlab.bookrun import book_command
+
+            book_command(args, repo_root(), render)
         elif args.command == "sweep":
             _sweep_command(parser, args, pairs)
         elif args.command == "compare":

@@ -154,12 +154,14 @@ def _append(book: Path, rec: dict) -> dict:
     """Append ``rec`` to the cost log, keeping the latest :data:`KEEP_PER_CHAPTER` records of its
     chapter and profile (book runs, chapter None, are kept apart per profile); returns ``rec``."""
     from memlab.fsutil import write_atomic
+    from memlab.publish import locked
 
-    runs = read_log(book) + [rec]
-    same = [r for r in runs if (r.get("chapter"), r.get("profile")) == (rec["chapter"], rec["profile"])]
-    drop = {id(r) for r in same[:-KEEP_PER_CHAPTER]}
-    text = (json.dumps({"runs": [r for r in runs if id(r) not in drop]}, indent=1) + "\n").encode()
-    write_atomic(log_path(book), lambda f: f.write(text))
+    with locked(book):  # chapters of one `memlab book --jobs N` end at any time: none loses another's record
+        runs = read_log(book) + [rec]
+        same = [r for r in runs if (r.get("chapter"), r.get("profile")) == (rec["chapter"], rec["profile"])]
+        drop = {id(r) for r in same[:-KEEP_PER_CHAPTER]}
+        text = (json.dumps({"runs": [r for r in runs if id(r) not in drop]}, indent=1) + "\n").encode()
+        write_atomic(log_path(book), lambda f: f.write(text))
     return rec
 
 
@@ -201,8 +203,8 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, ``keys`` (the m cache keys),
     ``to_train`` (key -> CPU seconds of each one charged), ``speed`` (CPU per wall second), and the wall seconds of
-    each at ``threads`` threads when a recorded run at that thread count gives the ratio
-    (``cold_wall_s``, ``this_wall_s``; else None), ``runs`` (how many records it used).
+    each at ``threads`` threads when a recorded run at that thread count gives the ratio, or
+    at one thread its CPU time (``cold_wall_s``, ``this_wall_s``; else None), ``runs`` (how many records it used).
     With no run of these parameters but one that differed only in its seed, the estimate is that
     run's (``other_seed`` True): its cold cost is this one's, but its models are not this run's, so
     ``cached`` is None and this run is charged as cold (at most that).
@@ -237,6 +239,8 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
             this += cost
             to_train[k] = round(cost, 1)
     speed = _speedup(runs, threads, device)
+    if speed is None and threads == 1:  # one thread keeps at most one core busy: its wall is about its CPU time
+        speed = 1.0
     out.update(known=True, models=len(keys), cached=None if other_seed else cached, cold_cpu_s=round(cold, 1),
                to_train=to_train, keys=sorted(keys), speed=speed,
                this_cpu_s=round(this, 1), cold_wall_s=None if speed is None else round(cold / speed, 1),
@@ -260,15 +264,14 @@ def _minutes(seconds: float) -> str:
 
 def estimate_line(chapter: str, profile: str, est: dict) -> str:
     """The one line ``memlab run`` prints before any work (see :func:`estimate`)."""
-    t = est["threads"]
+    t = f"{est['threads']} thread{'s' if est['threads'] != 1 else ''}"
     if not est["known"]:
         seen = f" ({est['runs']} recorded with other parameters)" if est["runs"] else ""
-        return (f"estimate: no recorded run of {chapter} at {profile} with these parameters{seen}; "
-                f"running at {t} thread{'s' if t != 1 else ''}")
+        return f"estimate: no recorded run of {chapter} at {profile} with these parameters{seen}; running at {t}"
 
     def wall(key: str) -> str:
         s = est[f"{key}_wall_s"]
-        return f"~{_minutes(s)} min wall at {t} threads" if s is not None else f"wall at {t} threads not yet measured"
+        return f"~{_minutes(s)} min wall at {t}" if s is not None else f"wall at {t} not yet measured"
 
     if est.get("other_seed"):
         return (f"estimate: {chapter} at {profile}: a cold run ~{_minutes(est['cold_cpu_s'])} CPU-min "
@@ -282,14 +285,28 @@ def estimate_line(chapter: str, profile: str, est: dict) -> str:
             f"~{_minutes(est['this_cpu_s'])} CPU-min ({wall('this')})")
 
 
-def book_estimate(ests: dict[str, dict]) -> dict:
+def makespan_s(todo: list[float], running_left: list[float], jobs: int) -> float:
+    """Wall seconds until every chapter is done when ``jobs`` run at once.
+
+    ``running_left``: seconds still to go of the chapters running now (each holds a slot);
+    ``todo``: the wall seconds of those not started, given to the first free slot longest first.
+    """
+    slots = sorted(list(running_left) + [0.0] * max(0, jobs - len(running_left)))[:max(jobs, len(running_left))]
+    for w in sorted(todo, reverse=True):
+        slots.sort()
+        slots[0] += w
+    return max(slots, default=0.0)
+
+
+def book_estimate(ests: dict[str, dict], jobs: int = 1) -> dict:
     """What ``memlab book`` will cost, from each chapter's :func:`estimate` (chapter id -> estimate, in book order).
 
     A model two chapters need (chapter 6 reads chapters 1 and 3's) is trained once, by the first:
     a later chapter is charged only the models no earlier chapter trains. Returns ``chapters``
     (chapter -> ``cpu_s`` and ``wall_s``, None where that chapter's wall is not known), ``cpu_s``,
     ``wall_s`` (None unless every chapter's is known), ``models`` and ``cached`` (distinct keys), and
-    ``unknown`` (chapters with no recorded run at these parameters).
+    ``unknown`` (chapters with no recorded run at these parameters) and ``jobs``. With ``jobs``
+    chapters at once the book's wall is their :func:`makespan_s` (waits for a shared model not counted).
     """
     counted: set[str] = set()
     every: set[str] = set()
@@ -307,8 +324,8 @@ def book_estimate(ests: dict[str, dict]) -> dict:
         per[chapter] = {"cpu_s": cpu, "wall_s": None if not est.get("speed") else cpu / est["speed"]}
     known = [v for v in per.values() if v["cpu_s"] is not None]
     walls = [v["wall_s"] for v in per.values()]
-    return {"chapters": per, "cpu_s": sum(v["cpu_s"] for v in known),
-            "wall_s": None if any(w is None for w in walls) else sum(walls),
+    return {"chapters": per, "cpu_s": sum(v["cpu_s"] for v in known), "jobs": jobs,
+            "wall_s": None if any(w is None for w in walls) else makespan_s(walls, [], jobs),
             "models": len(every), "cached": len(every - charged),
             "unknown": [c for c, v in per.items() if v["cpu_s"] is None]}
 
@@ -317,6 +334,8 @@ def book_estimate_line(profile: str, threads: int, est: dict) -> str:
     """The line ``memlab book`` prints before its first chapter (see :func:`book_estimate`)."""
     n = len(est["chapters"])
     t = f"{threads} thread{'s' if threads != 1 else ''}"
+    if est.get("jobs", 1) > 1:
+        t = f"{t} each, {est['jobs']} chapters at a time"
     them = f"{n} chapter{'s' if n != 1 else ''}"
     if est["unknown"] and len(est["unknown"]) == n:
         return f"book estimate: no recorded run of its {them} at {profile}; running at {t}"
@@ -328,26 +347,32 @@ def book_estimate_line(profile: str, threads: int, est: dict) -> str:
             f"{est['cached']} of {est['models']} models cached, each shared model trained once{unknown}")
 
 
-def book_left_s(est: dict, chapters: list[str], done: dict[str, float] | None = None) -> float | None:
-    """Estimated wall seconds of ``chapters`` (the ones still to run), None if any is not known.
+def book_left_s(est: dict, chapters: list[str], done: dict[str, float] | None = None,
+                running: dict[str, float] | None = None) -> float | None:
+    """Estimated wall seconds until the book ends, None if any chapter's wall is not known.
 
-    ``done``: chapter -> measured wall seconds of the chapters already run in this book; the
-    estimate is scaled by how they compared with their own estimates (a machine faster or slower
-    than the recorded one shows in the first chapter).
+    ``chapters``: those not started yet; ``running``: chapter -> seconds it has been running;
+    ``done``: chapter -> measured wall seconds of the chapters already run in this book. The
+    estimates are scaled by how the done chapters compared with their own (a machine faster or
+    slower than the recorded one shows in the first chapter), and laid out on ``est["jobs"]``
+    slots (:func:`makespan_s`).
     """
-    walls = [est["chapters"][c]["wall_s"] for c in chapters]
-    if any(w is None for w in walls):
+    running = running or {}
+    walls = {c: est["chapters"][c]["wall_s"] for c in [*chapters, *running]}
+    if any(w is None for w in walls.values()):
         return None
     pairs = [(est["chapters"][c]["wall_s"], s) for c, s in (done or {}).items() if est["chapters"][c]["wall_s"]]
     scale = sum(s for _, s in pairs) / sum(e for e, _ in pairs) if pairs else 1.0
-    return scale * sum(walls)
+    return makespan_s([scale * walls[c] for c in chapters],
+                      [max(0.0, scale * walls[c] - s) for c, s in running.items()], est.get("jobs", 1))
 
 
-def record_book(book: Path, profile: str, wall_s: float, chapters: list[dict]) -> dict | None:
+def record_book(book: Path, profile: str, wall_s: float, chapters: list[dict], jobs: int = 1) -> dict | None:
     """Append one ``memlab book`` run to the cost log: its own wall time and its chapters' records.
 
     ``wall_s``: from the book's start (its checks and estimate included) to its last chapter's
-    end, the render excluded. ``chapters`` are the records :func:`record` appended during this book run, in book order.
+    end, the render excluded. ``chapters`` are the records :func:`record` appended during this book
+    run, in the order they ended; ``jobs``, how many ran at once.
     ``from_empty_cache`` holds when no chapter loaded a model that an earlier chapter of this run
     did not train: the book started from an empty model cache. Returns the record (None when no
     chapter recorded a cost).
@@ -364,7 +389,7 @@ def record_book(book: Path, profile: str, wall_s: float, chapters: list[dict]) -
     rec = {"chapter": None, "profile": profile, "kind": "book", "date": first.get("date"),
            "device": first.get("device"), "commit": first.get("commit"), "threads": first.get("threads"),
            "wall_s": round(float(wall_s), 1), "cpu_s": round(sum(float(r.get("cpu_s") or 0) for r in chapters), 1),
-           "from_empty_cache": empty,
+           "from_empty_cache": empty, "jobs": int(jobs),
            "peak_memory_mb": max(float(r.get("peak_memory_mb") or 0) for r in chapters),
            "chapters": [{k: r.get(k) for k in ("chapter", "kind", "wall_s", "cpu_s", "trained", "loaded")}
                         for r in chapters]}
@@ -389,7 +414,10 @@ def _pair(r: dict | None) -> str:
 
 def _machine(r: dict) -> str:
     device = str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
-    return f"{device}, {r.get('threads')} thread{'s' if r.get('threads') != 1 else ''}, {str(r.get('date'))[:10]}"
+    jobs = r.get("jobs") or 1  # a book run with several chapters at once
+    at_once = f" each, {jobs} chapters at a time" if jobs > 1 else ""
+    return (f"{device}, {r.get('threads')} thread{'s' if r.get('threads') != 1 else ''}{at_once}, "
+            f"{str(r.get('date'))[:10]}")
 
 
 PROFILE_ORDER = ("cpu", "paper", "smoke")

@@ -44,7 +44,7 @@ def page_files(chapter: str) -> list[tuple[str, str]]:
 
 
 @contextlib.contextmanager
-def _locked(book: Path):
+def locked(book: Path):
     """An exclusive ``flock`` on the book folder itself (no lock file is left behind)."""
     book.mkdir(parents=True, exist_ok=True)
     fd = os.open(book, os.O_RDONLY)
@@ -68,7 +68,7 @@ def publish(staging: Path, book: Path, chapter: str) -> None:
             raise PublishError(f"chapter {chapter!r}: the run wrote no {sub}/{name} (did it call run.save()?)")
     has_figures = (staging / "figures" / chapter).is_dir()
     (staging / JOURNAL).write_text(json.dumps({"chapter": chapter, "figures": has_figures}))
-    with _locked(book):
+    with locked(book):
         pending = book / PENDING.format(chapter=chapter)
         if pending.exists():  # an earlier publish of this chapter was killed after its commit
             _finish(pending, book)
@@ -113,7 +113,7 @@ def finish_pending(book: Path) -> list[str]:
         if not pending.is_dir():
             continue
         chapter = pending.name[len(".publish-"):]
-        with _locked(Path(book)):
+        with locked(Path(book)):
             if pending.exists():
                 _finish(pending, Path(book))
                 done.append(chapter)
