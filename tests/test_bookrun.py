@@ -77,6 +77,9 @@ def test_memlab_book_with_jobs_runs_chapters_at_once_and_records_the_book(tmp_pa
     assert (book["kind"], book["jobs"], len(book["chapters"])) == ("book", 2, 2)
     # both in one book: its wall is less than the two chapters' walls added up
     assert book["wall_s"] < sum(c["wall_s"] for c in book["chapters"])
+    # each shared the cores with the other: no cost of its own on the cost page's per-chapter columns
+    assert [r.get("alongside") for r in log if r["kind"] != "book"] == [1, 1]
+    assert costs._latest(log, "fake", "smoke", ("cold",)) is None
     assert rendered == [1]
     for c in ("fake", "fake2"):
         assert (tmp_path / "book" / "chapters" / f"{c}.ipynb").is_file()
@@ -101,3 +104,22 @@ def test_a_bad_jobs_value_is_refused_before_any_work(tmp_path, monkeypatch, caps
     assert cap.err.startswith(f"memlab: error: parameter 'jobs': must be an integer from 1 to {len(chapters.CHAPTERS)}")
     assert f"(got {jobs})" in cap.err and cap.out == ""
     assert not (tmp_path / "book" / "costs.json").exists()
+
+
+def test_by_default_a_book_runs_as_many_chapters_as_the_cores_hold(monkeypatch):
+    from types import SimpleNamespace
+
+    from memlab import config
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(config, "available_cores", lambda: 4)
+    assert bookrun.jobs_count(None) == 4 and bookrun.threads_per_job(None, 4) == 1
+    assert bookrun.jobs_count(None, threads=2) == 2         # --threads 2: two chapters fill 4 cores
+    assert bookrun.jobs_count(3) == 3                        # --jobs wins
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert bookrun.jobs_count(None) == 1 and bookrun.threads_per_job(None, 1) == 4
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr(config, "available_cores", lambda: 64)
+    assert bookrun.jobs_count(None) == len(chapters.CHAPTERS) and bookrun.threads_per_job(None, 6) == 10
+    monkeypatch.setattr(config, "device", lambda *a: SimpleNamespace(type="cuda"))
+    assert bookrun.jobs_count(None) == 1                     # chapters sharing one GPU each slow down

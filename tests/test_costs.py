@@ -346,9 +346,9 @@ def test_the_readmes_book_time_is_the_latest_cold_book_in_the_cost_log():
     whole = costs._latest_book(costs.read_log(root / "book"), "cpu")
     assert whole is not None, "book/costs.json holds no cold `memlab book` run at cpu"
     text = " ".join((root / "README.md").read_text().split())
-    said = re.search(r"from an empty model cache it took \*\*(\d+) minutes\*\* wall on an idle (\d+)-core", text)
+    said = re.search(r"[Ff]rom an empty model cache it took \*\*(\d+) minutes\*\* wall on an idle (\d+)-core", text)
     assert said, "the README's 'Build the whole book' paragraph no longer states the measured time"
     assert costs._minutes(whole["wall_s"]) == said.group(1)
     assert int(said.group(2)) == whole["threads"] * whole.get("jobs", 1)  # every core the book used
-    walls = [c["wall_s"] for c in whole["chapters"]]
-    assert f"{costs._minutes(min(walls))} to {costs._minutes(max(walls))} minutes per chapter" in text
+    if whole.get("jobs", 1) > 1:
+        assert f"{whole['jobs']} chapters at a time" in text

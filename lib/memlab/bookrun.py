@@ -40,8 +40,8 @@ def needs(chapters: list[str], ests: dict[str, dict]) -> dict[str, set[str]]:
     return out
 
 
-def _job(chapter: str, profile: str, flags: dict[str, Any], threads: int, out: Path, progress_file: Path,
-         result: Path) -> None:
+def _job(chapter: str, profile: str, flags: dict[str, Any], threads: int, alongside: int, out: Path,
+         progress_file: Path, result: Path) -> None:
     """One chapter in a child process: what it prints goes to ``out``, its progress to ``progress_file``,
     and ``{"ok", "error", "wall_s"}`` to ``result``."""
     from memlab.runner import run_chapter
@@ -53,6 +53,7 @@ def _job(chapter: str, profile: str, flags: dict[str, Any], threads: int, out: P
     # new streams on those descriptors: the inherited ones may not write to them (a test's capture)
     sys.stdout = open(1, "w", buffering=1, encoding="utf-8", closefd=False)
     sys.stderr = open(2, "w", buffering=1, encoding="utf-8", closefd=False)
+    os.environ[costs.ALONGSIDE_ENV] = str(alongside)  # its cost record says it shared the cores
     t0 = time.perf_counter()
     res: dict[str, Any] = {"ok": True, "error": None}
     try:
@@ -93,7 +94,7 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     import multiprocessing
 
     from memlab.progress import progress
-    from memlab.relay import last_line
+    from memlab.relay import latest_lines
     from memlab.runner import RunError
 
     ctx = multiprocessing.get_context("fork")  # the child inherits this process's chapters and settings
@@ -107,16 +108,17 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     n = len(chapters)
     # one line as wide as the terminal (tqdm cuts the running chapters' lines there; a terminal
     # that reports no width gets 100 columns)
+    cols = shutil.get_terminal_size((100, 24)).columns or 100
     bar = progress(total=n, desc="book", bar_format="{desc}: {n}/{total} chapters done [{elapsed}]{postfix}",
-                   ncols=shutil.get_terminal_size((100, 24)).columns or 100, mininterval=1.0)
+                   ncols=cols, mininterval=1.0)
     with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
         folder = Path(tmp)
 
         def start(c: str) -> None:
             files = {k: folder / f"{c}.{k}" for k in ("out", "progress", "result")}
             files["progress"].write_text("")
-            p = ctx.Process(target=_job, args=(c, profile, flags, threads, files["out"], files["progress"],
-                                               files["result"]), name=f"memlab-book-{c}")
+            p = ctx.Process(target=_job, args=(c, profile, flags, threads, jobs - 1, files["out"],
+                                               files["progress"], files["result"]), name=f"memlab-book-{c}")
             p.start()
             running[c] = (p, time.perf_counter(), _Tail(files["out"]))
             guess = f", estimated ~{costs.minutes(wall[c]):g} min" if wall[c] else ""
@@ -155,9 +157,11 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
                     break
                 now = time.perf_counter()
                 left = costs.book_left_s(book_est, todo, done, {c: now - t0 for c, (_, t0, _) in running.items()})
-                status = ([f"~{costs.minutes(left):g} min left"] if left is not None else []) + [
-                    f"{c}: {line}" for c in running if (line := last_line(folder / f"{c}.progress"))]
-                bar.set_postfix_str(" | ".join(status), refresh=False)
+                status = [f"~{costs.minutes(left):g} min left"] if left is not None else []
+                # each running chapter's line gets its share of what the terminal has left
+                share = max(24, (cols - 45 - sum(map(len, status))) // max(1, len(running)) - 2)
+                inside = latest_lines({c: folder / f"{c}.progress" for c in running}, share)
+                bar.set_postfix_str(" | ".join(status + ([inside] if inside else [])), refresh=False)
                 bar.refresh()
                 time.sleep(1.0)
         except BaseException:
@@ -175,15 +179,22 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     return done
 
 
-def jobs_count(jobs: int | None) -> int:
-    """Chapters ``memlab book`` runs at once: ``--jobs`` (1 to the number of chapters), else 1.
+def jobs_count(jobs: int | None, threads: int | None = None) -> int:
+    """Chapters ``memlab book`` runs at once: ``--jobs`` (1 to the number of chapters), else on a
+    CPU as many as the cores hold at ``--threads`` (or ``OMP_NUM_THREADS``, else 1) each, up to the
+    number of chapters (measured: 2 chapters at 1 thread each took 39
+    min for the cold book where one at a time at 2 threads took 46, on 2 cores), and 1 on a GPU
+    (chapters sharing one GPU each slowed to a third: ``book/gpu``).
 
     Bad input raises :class:`memlab.config.ConfigError` naming what the user typed."""
     from memlab.chapters import CHAPTERS
-    from memlab.config import ConfigError, available_cores
+    from memlab.config import ConfigError, available_cores, device, thread_count
 
     if jobs is None:
-        return 1
+        if device().type == "cuda":
+            return 1
+        each = thread_count(threads) if threads is not None or os.environ.get("OMP_NUM_THREADS", "").strip() else 1
+        return max(1, min(available_cores() // each, len(CHAPTERS)))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= len(CHAPTERS):
         raise ConfigError(f"parameter 'jobs': must be an integer from 1 to {len(CHAPTERS)} (the chapters) "
                           f"(got {jobs!r}); this machine has {available_cores()} cores")
@@ -210,7 +221,7 @@ def book_command(args, root: Path, render) -> None:
     start = time.perf_counter()
     book = root / "book"
     chapters = args.chapters or list(CHAPTERS)
-    jobs = min(jobs_count(args.jobs), len(chapters))
+    jobs = min(jobs_count(args.jobs, args.threads), len(chapters))
     threads = threads_per_job(args.threads, jobs)
     them = f"{len(chapters)} chapter{'s' if len(chapters) != 1 else ''}"
     print(f"book: {them} at profile {args.profile}"

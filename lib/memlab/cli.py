@@ -68,10 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--allow-download", action="store_true", help="fetch missing data once into data/")
     b.add_argument("--allow-cpu", action="store_true", help="run the paper profile without a GPU")
     b.add_argument("--threads", type=int, default=None, metavar="N",
-                   help="threads of each chapter's kernel (default OMP_NUM_THREADS, else every core "
+                   help="threads of each chapter's kernel (default OMP_NUM_THREADS, else the cores "
                         "shared among the --jobs)")
     b.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="chapters run at once, each in its own process (default 1)")
+                   help="chapters run at once, each in its own process (default: as many as the cores "
+                        "hold at --threads each, 1 thread unless set; 1 on a GPU)")
     b.add_argument("--compile", action="store_true",
                    help="torch.compile the long training loops (MEMLAB_COMPILE=1; off by default: 1.07x for chapter 1)")
     mo = sub.add_parser("models", help="install a pretrained model offline, once (memlab.models.local)")
@@ -297,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "book":
             from memlab.bookrun import jobs_count
 
-            jobs_count(args.jobs)
+            jobs_count(args.jobs, args.threads)
         if getattr(args, "compile", False):
             os.environ[COMPILE_ENV] = "1"  # the kernels (and a sweep's workers) inherit it
         if args.command in ("run", "book", "sweep"):

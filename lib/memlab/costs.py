@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -126,11 +127,16 @@ def read_log(book: Path) -> list[dict]:
     return [r for r in data.get("runs", []) if isinstance(r, dict)] if isinstance(data, dict) else []
 
 
+#: set by ``memlab book --jobs N`` in each chapter's process: how many other chapters may run beside it
+ALONGSIDE_ENV = "MEMLAB_BOOK_ALONGSIDE"
+
+
 def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | None = None,
            code: str | None = None) -> dict | None:
     """Append the cost of the published run ``payload`` (a results JSON) to ``<book>/costs.json``.
 
-    ``wall_s`` is the runner's own measure (kernel start included). ``estimate_cpu_s`` is what
+    ``wall_s`` is the runner's own measure (kernel start included). A run of ``memlab book --jobs
+    N`` records ``alongside`` (the other chapters that may share its cores, from :data:`ALONGSIDE_ENV`). ``estimate_cpu_s`` is what
     :func:`estimate` predicted before the run, kept beside the measurement to show how close it
     was. ``code`` is the chapter's ``CODE_VERSION``. Returns the record, or None when the results
     carry no cost (an older kernel).
@@ -147,6 +153,9 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
            "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
            "estimate_cpu_s": None if estimate_cpu_s is None else round(float(estimate_cpu_s), 1),
            "code": code, "keys": cost.get("keys", {})}
+    alongside = int(os.environ.get(ALONGSIDE_ENV, "0") or 0)
+    if alongside:
+        rec["alongside"] = alongside
     return _append(book, rec)
 
 
@@ -399,7 +408,11 @@ def record_book(book: Path, profile: str, wall_s: float, chapters: list[dict], j
 # ----------------------------------------------------------------------------- the cost page
 
 def _latest(runs: list[dict], chapter: str, profile: str, kinds: tuple[str, ...]) -> dict | None:
-    same = [r for r in runs if r.get("chapter") == chapter and r.get("profile") == profile and r.get("kind") in kinds]
+    """The last run of ``chapter`` of one of ``kinds`` that had the machine to itself: a chapter of
+    ``memlab book --jobs N`` shared the cores with others (``alongside``), so its wall is no cost
+    of its own (the book's record gives the whole run's)."""
+    same = [r for r in runs if r.get("chapter") == chapter and r.get("profile") == profile
+            and r.get("kind") in kinds and not r.get("alongside")]
     return same[-1] if same else None
 
 
@@ -444,7 +457,7 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
         lines.append("No run has recorded its cost in this book yet.")
     for profile in profiles:
         whole = _latest_book(runs, profile)
-        lines += [f"## Profile `{profile}`", "", *([_book_paragraph(whole, chapters), ""] if whole else []),
+        lines += [f"## Profile `{profile}`", "", *([_book_paragraph(whole, chapters, runs), ""] if whole else []),
                   "| Chapter | Cold: wall / CPU (min) | Models trained | Warm: wall / CPU (min) "
                   "| Peak memory (GB) | Estimate vs CPU (min) |",
                   "|---|---|---|---|---|---|"]
@@ -561,18 +574,32 @@ def _latest_book(runs: list[dict], profile: str) -> dict | None:
     return books[-1] if books else None
 
 
-def _book_paragraph(rec: dict, chapters: dict[str, str]) -> str:
-    """The cost page's account of a whole ``memlab book`` run (:func:`record_book`)."""
+def _book_paragraph(rec: dict, chapters: dict[str, str], runs: list[dict] | None = None) -> str:
+    """The cost page's account of a whole ``memlab book`` run (:func:`record_book`), and of the
+    last cold book on the same CPU run in another layout (one chapter at a time, or several), if any."""
     parts = []
-    for c in rec["chapters"]:
+    for c in sorted(rec["chapters"], key=lambda c: list(chapters).index(c["chapter"]) if c["chapter"] in chapters else 99):
         n = list(chapters).index(c["chapter"]) + 1 if c["chapter"] in chapters else "?"
         shared = (f", {c['loaded']} of its models loaded from earlier chapters" if c.get("loaded") else "")
         parts.append(f"{n}. {_cell_min(c.get('wall_s'))} min{shared}")
+    jobs = rec.get("jobs") or 1
+    beside = (f" ({jobs} at a time: each shared the cores with another, so the table below gives the "
+              "chapters' cold runs alone)" if jobs > 1 else "")
+    other = [r for r in runs or [] if r.get("kind") == "book" and r.get("profile") == rec.get("profile")
+             and r.get("from_empty_cache") and r.get("device") == rec.get("device")
+             and ((r.get("jobs") or 1), r.get("threads")) != (jobs, rec.get("threads"))]
+    then = ""
+    if other:
+        o = other[-1]
+        how = (f"{o['jobs']} chapters at a time" if (o.get("jobs") or 1) > 1 else "one chapter at a time")
+        then = (f" The same book {how} at {o.get('threads')} thread{'s' if o.get('threads') != 1 else ''} "
+                f"each took {_minutes(o['wall_s'])} min wall and {_minutes(o['cpu_s'])} CPU-minutes "
+                f"({str(o.get('date'))[:10]}, same CPU).")
     return (f"**The whole book from an empty model cache**, in one `memlab book`: {_minutes(rec['wall_s'])} min "
             f"wall and {_minutes(rec['cpu_s'])} CPU-minutes for its {len(rec['chapters'])} chapters "
-            f"({_machine(rec)}; the render after them not counted). Per chapter, wall: {'; '.join(parts)}. "
-            "Each model is trained once, by the first chapter that needs it; the table's cold runs each "
-            "started from an empty cache.")
+            f"({_machine(rec)}; the render after them not counted).{then} Per chapter, wall{beside}: "
+            f"{'; '.join(parts)}. Each model is trained once, by the first chapter that needs it; the "
+            "table's cold runs each started from an empty cache.")
 
 
 def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = "cpu") -> str:
@@ -584,10 +611,12 @@ def summary_markdown(runs: list[dict], chapters: dict[str, str], profile: str = 
     whole = _latest_book(runs, profile)
     if whole is not None:
         longest = max(whole["chapters"], key=lambda c: c.get("wall_s") or 0)
+        alone = ("" if (whole.get("jobs") or 1) > 1 else  # beside another chapter, a wall is not its own
+                 f"; the longest, {chapters.get(longest['chapter'], longest['chapter'])}, "
+                 f"{_minutes(longest['wall_s'])} minutes")
         return (f"Measured at `{profile}` in one `memlab book` from an empty model cache: the "
                 f"{len(whole['chapters'])} chapters took {_minutes(whole['wall_s'])} minutes wall and "
-                f"{_minutes(whole['cpu_s'])} CPU-minutes ({_machine(whole)}); the longest, "
-                f"{chapters.get(longest['chapter'], longest['chapter'])}, {_minutes(longest['wall_s'])} minutes. "
+                f"{_minutes(whole['cpu_s'])} CPU-minutes ({_machine(whole)}){alone}. "
                 "Per chapter, warm runs and the machine: [What a run costs](cost.md).")
     cold = [_latest(runs, cid, profile, ("cold",)) for cid in chapters]
     have = [r for r in cold if r is not None]

@@ -51,6 +51,18 @@ def last_line(path: Path, tail_bytes: int = 4096) -> str | None:
     return lines[-1] if lines else None
 
 
+def latest_lines(paths: dict[str, Path], width: int = 70) -> str:
+    """``<label>: <line>`` for each file's :func:`last_line` (files with none left out), each cut to
+    ``width`` characters, joined by ``; ``: several runs' progress on one status line."""
+    out = []
+    for label, path in paths.items():
+        line = last_line(path)
+        if line:
+            text = f"{label}: {line}"
+            out.append(text if len(text) <= width else text[: width - 3] + "...")
+    return "; ".join(out)
+
+
 class Follower:
     """Print the lines a kernel relays to ``path`` as ``<label>: <line>`` on ``stream`` until stopped."""
 

@@ -203,15 +203,9 @@ def progress_path(sweep_dir: Path, rid: str) -> Path:
 
 def running_lines(sweep_dir: Path, rids: list[str], width: int = 70) -> str:
     """Each running run's latest progress line, ``<run>: <line>``, cut to ``width`` characters, joined by ``; ``."""
-    from memlab.relay import last_line
+    from memlab.relay import latest_lines
 
-    out = []
-    for rid in rids:
-        line = last_line(progress_path(sweep_dir, rid))
-        if line:
-            text = f"{rid}: {line}"
-            out.append(text if len(text) <= width else text[: width - 3] + "...")
-    return "; ".join(out)
+    return latest_lines({rid: progress_path(sweep_dir, rid) for rid in rids}, width)
 
 
 # ----------------------------------------------------------------------------- clusters
