@@ -65,25 +65,6 @@ def _job(chapter: str, profile: str, flags: dict[str, Any], threads: int, alongs
     result.write_text(json.dumps(res))
 
 
-class _Tail:
-    """The complete lines appended to a file since the last call."""
-
-    def __init__(self, path: Path):
-        self.path, self.offset, self.rest = path, 0, ""
-
-    def lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return []
-        self.offset += len(data)
-        text = self.rest + data.decode("utf-8", "replace")
-        *done, self.rest = text.replace("\r", "\n").split("\n")
-        return [line for line in done if line.strip()]
-
-
 def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threads: int, jobs: int,
                  ests: dict[str, dict], book_est: dict) -> dict[str, float]:
     """Run ``chapters`` up to ``jobs`` at a time (see the module); returns chapter -> wall seconds.
@@ -94,7 +75,7 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     import multiprocessing
 
     from memlab.progress import progress
-    from memlab.relay import latest_lines
+    from memlab.relay import Tail, latest_lines
     from memlab.runner import RunError
 
     ctx = multiprocessing.get_context("fork")  # the child inherits this process's chapters and settings
@@ -102,7 +83,7 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     wall = {c: book_est["chapters"].get(c, {}).get("wall_s") for c in chapters}
     # longest first (known estimates), the rest in book order: the last chapter started is a short one
     todo = sorted(chapters, key=lambda c: (-(wall[c] or 0.0), chapters.index(c)))
-    running: dict[str, tuple[Any, float, _Tail]] = {}
+    running: dict[str, tuple[Any, float, Tail]] = {}
     done: dict[str, float] = {}
     failed: dict[str, str] = {}
     n = len(chapters)
@@ -120,7 +101,7 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
             p = ctx.Process(target=_job, args=(c, profile, flags, threads, jobs - 1, files["out"],
                                                files["progress"], files["result"]), name=f"memlab-book-{c}")
             p.start()
-            running[c] = (p, time.perf_counter(), _Tail(files["out"]))
+            running[c] = (p, time.perf_counter(), Tail(files["out"]))
             guess = f", estimated ~{costs.minutes(wall[c]):g} min" if wall[c] else ""
             bar.write(f"book: starting {c} (chapter {chapters.index(c) + 1} of {n}, {threads} "
                       f"thread{'s' if threads != 1 else ''}{guess})")
@@ -188,13 +169,12 @@ def jobs_count(jobs: int | None, threads: int | None = None) -> int:
 
     Bad input raises :class:`memlab.config.ConfigError` naming what the user typed."""
     from memlab.chapters import CHAPTERS
-    from memlab.config import ConfigError, available_cores, device, thread_count
+    from memlab.config import ConfigError, available_cores, device
 
     if jobs is None:
         if device().type == "cuda":
             return 1
-        each = thread_count(threads) if threads is not None or os.environ.get("OMP_NUM_THREADS", "").strip() else 1
-        return max(1, min(available_cores() // each, len(CHAPTERS)))
+        return max(1, min(available_cores() // (_chosen_threads(threads) or 1), len(CHAPTERS)))
     if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= len(CHAPTERS):
         raise ConfigError(f"parameter 'jobs': must be an integer from 1 to {len(CHAPTERS)} (the chapters) "
                           f"(got {jobs!r}); this machine has {available_cores()} cores")
@@ -203,11 +183,16 @@ def jobs_count(jobs: int | None, threads: int | None = None) -> int:
 
 def threads_per_job(threads: int | None, jobs: int) -> int:
     """Threads of each chapter: ``--threads``, else ``OMP_NUM_THREADS``, else the cores shared among the jobs."""
-    from memlab.config import available_cores, thread_count
+    from memlab.config import available_cores
 
-    if threads is not None or os.environ.get("OMP_NUM_THREADS", "").strip():
-        return thread_count(threads)
-    return max(1, available_cores() // jobs)
+    return _chosen_threads(threads) or max(1, available_cores() // jobs)
+
+
+def _chosen_threads(threads: int | None) -> int | None:
+    """The threads the user chose (``--threads``, else ``OMP_NUM_THREADS``), None when neither is set."""
+    from memlab.config import thread_count
+
+    return thread_count(threads) if threads is not None or os.environ.get("OMP_NUM_THREADS", "").strip() else None
 
 
 def book_command(args, root: Path, render) -> None:

@@ -63,6 +63,26 @@ def latest_lines(paths: dict[str, Path], width: int = 70) -> str:
     return "; ".join(out)
 
 
+class Tail:
+    """The complete, non-empty lines appended to a file since the last call; a line still being
+    written waits for the next call."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = Path(path), 0
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        return [line for line in complete.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+                if line.strip()]
+
+
 class Follower:
     """Print the lines a kernel relays to ``path`` as ``<label>: <line>`` on ``stream`` until stopped."""
 
@@ -70,7 +90,7 @@ class Follower:
         stream = sys.stderr if stream is None else stream  # looked up now: tests and callers redirect it
         self.path, self.label, self.stream, self.poll_s = Path(path), label, stream, poll_s
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self._stop, self._offset, self._start = threading.Event(), 0, time.monotonic()
+        self._stop, self._tail, self._start = threading.Event(), Tail(self.path), time.monotonic()
         self._thread = threading.Thread(target=self._run, name="memlab-relay", daemon=True)
 
     def __enter__(self) -> "Follower":
@@ -92,15 +112,7 @@ class Follower:
 
     def _drain(self) -> bool:
         """Show the lines written since the last look; whether there were any."""
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                f.seek(self._offset)
-                text = f.read()
-        except OSError:
-            return False
-        complete = text[: text.rfind("\n") + 1]  # a line still being written waits for the next look
-        self._offset += len(complete.encode("utf-8"))
-        lines = [line for line in complete.splitlines() if line.strip()]
+        lines = self._tail.lines()
         for line in lines:
             self._show(line)
         return bool(lines)

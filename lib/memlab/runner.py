@@ -405,7 +405,7 @@ def run_chapter(
     """Validate and preflight, execute with papermill, publish; returns the executed notebook's path.
 
     ``progress_file``: the kernel's progress lines are appended there instead of shown on this
-    terminal (a sweep's run, whose progress the sweep's own bar shows).
+    terminal (a sweep's run, or one chapter of ``memlab book --jobs N``, whose bar shows them).
 
     The kernel computes with ``threads`` threads (:func:`memlab.config.thread_count`: the
     argument, else ``OMP_NUM_THREADS``, else every core this process may use).
