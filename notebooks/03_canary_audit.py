@@ -135,8 +135,9 @@ if cfg.n_authors < 60 or cfg.model == "small":
             f" interval is a bootstrap over {cfg.n_authors} authors) and a model"
             " pre-trained here in a few CPU minutes. The number of LoRA steps was"
             " chosen by the memorised state alone: enough that K = 0 is at ceiling,"
-            " as in the paper (375 steps left 4 of 30 authors unmemorised, out acc"
-            " 0.87; 750 give out acc, thk leak, QA and retain all at 1.00). The K"
+            " as in the paper (on 60 authors, 750 steps left out acc at 0.68 and"
+            " 0.62 on the two seeds; 1500 give out acc, thk leak, QA and retain all"
+            " at 1.00). The K"
             " grid and the NPO learning rate are scaled so the sweep runs from"
             " barely touched to fully unlearned within the CPU budget, densely"
             " enough to pass through the paper's audited state (a pilot at a 5x"
@@ -159,7 +160,7 @@ if cfg.n_authors < 60 or cfg.model == "small":
 # 2. the audited K is the candidate whose out acc is nearest 0.6 of its K = 0 value (the
 #    paper's 0.60 / 1.00; ties go to the smaller K);
 # 3. the paper's state counts as *reached* when that share lies within the binomial sampling
-#    band $1.96\sqrt{0.6 \cdot 0.4 / n}$ of 0.6 ($\pm 0.18$ at $n = 30$ authors).
+#    band $1.96\sqrt{0.6 \cdot 0.4 / n}$ of 0.6 ($\pm 0.12$ at $n = 60$ authors, the paper's count).
 #
 # Both seeds are read at the same K, as the paper reads both of its seeds at K = 1600. When the
 # state is not reached, every claim made at the audited K is "not judged". The rule is

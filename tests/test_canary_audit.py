@@ -77,7 +77,7 @@ def test_bad_input_is_one_clear_error(override, name):
 
 
 def test_every_profile_resolves_and_paper_is_paper_scale():
-    assert config.resolve(CH, "cpu").n_authors == 30
+    assert config.resolve(CH, "cpu").n_authors == 60  # the paper's count (Section 3)
     paper = config.resolve(CH, "paper", model="small", drift_model="suppress")
     assert paper.unlearn_steps == [100, 400, 800, 1600] and paper.seeds == [0, 1] and paper.beta == 0.1
 
@@ -360,7 +360,7 @@ def test_regime_frame_and_cold_cost():
 
 def test_retain_weight_defaults_to_the_papers_npo():
     assert config.resolve(CH, "cpu").retain_weight == 0.0
-    assert config.resolve(CH, "cpu").lora_steps == 750
+    assert config.resolve(CH, "cpu").lora_steps == 1500  # the K = 0 ceiling on 60 authors (spec comment)
     cfg = config.resolve(CH, "smoke")
     assert E.side_grid(cfg, 1) == [1, 3]
     assert E.side_grid(cfg.replace(side_steps=[2, 3]), 1) == [1, 3]  # only K the main sweep has

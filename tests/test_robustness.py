@@ -103,6 +103,33 @@ def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
     assert results.chapter_code("99_not_a_chapter") is None
 
 
+def test_a_chapter_that_runs_another_changes_its_fingerprint_with_that_chapters_code(tmp_path, monkeypatch):
+    """Chapter 6 runs chapters 1 and 3 at their defaults: editing chapter 3's spec changes chapter 6's
+    numbers, so it must change chapter 6's fingerprint (its published sweep is then earlier code)."""
+    import sys
+
+    from memlab import chapters, config, results
+
+    for name in ("zz_up", "zz_down"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"X = '{name}'\n")
+        (tmp_path / "notebooks").mkdir(exist_ok=True)
+        (tmp_path / "notebooks" / f"{name}.py").write_text("# %%\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(config, "repo_root", lambda: tmp_path)
+    monkeypatch.setitem(chapters.CHAPTERS, "zz_up", chapters.Chapter("zz_up", "Up", "zz_up", ""))
+    monkeypatch.setitem(chapters.CHAPTERS, "zz_down", chapters.Chapter("zz_down", "Down", "zz_down", "", uses=("zz_up",)))
+    down, up = results.chapter_code("zz_down"), results.chapter_code("zz_up")
+    assert down and up and down != up
+    (tmp_path / "zz_up" / "__init__.py").write_text("X = 'edited'\n")
+    assert results.chapter_code("zz_up") != up
+    assert results.chapter_code("zz_down") != down  # only the used chapter changed
+    monkeypatch.setitem(chapters.CHAPTERS, "zz_down", chapters.Chapter("zz_down", "Down", "zz_down", "",
+                                                                      uses=("99_missing",)))
+    assert results.chapter_code("zz_down") is None
+    sys.modules.pop("zz_up", None), sys.modules.pop("zz_down", None)
+
+
 def _axis_summary() -> dict:
     """Chapter 1 over three forget classes at seed 0: one claim held for two of them."""
     groups = [{"params": {"forget_class": fc}, "runs": [f"fc-{fc}"], "metrics": {},

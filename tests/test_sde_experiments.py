@@ -354,3 +354,13 @@ def test_claims_inside_noise_and_failed_preconditions_are_not_judged():
     assert "inside the noise band" in verdicts["controlled"]["evidence"]
     assert "does not keep accuracy" in verdicts["unroll"]["evidence"]
     assert "\u00b1" in verdicts["early"]["evidence"]
+
+
+def test_the_original_asked_for_as_r_0_or_0_0_is_one_model_trained_once():
+    """The regime table asks train_model(cfg, data, 0.0) and unlearning asks (cfg, data, 0): one key."""
+    import json
+
+    cfg = config.resolve("02_sde", "smoke")
+    key = lambda r: json.dumps(stages._train_key(cfg, r), sort_keys=True)  # noqa: E731 - as the cache hashes it
+    assert key(0) == key(0.0)  # ({"holdout": 0} == {"holdout": 0.0} in Python, but not serialised)
+    assert key(0.1) != key(0.0)

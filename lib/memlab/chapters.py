@@ -16,6 +16,9 @@ class Chapter:
     # Shown on the Robustness page: why a chapter's seed sweep is not published (its measured cost)
     # and what a reader with more cores should run instead.
     sweep_note: str = ""
+    # Chapters whose stages and default parameters this chapter runs (chapter 6 re-runs chapters 1
+    # and 3 at their defaults): their code is part of this chapter's code fingerprint.
+    uses: tuple[str, ...] = ()
 
     @property
     def source(self) -> str:
@@ -51,6 +54,7 @@ CHAPTERS: dict[str, Chapter] = {
         Chapter("05_capacity", "How much do language models memorize?",
                 "memlab.experiments.ch05_capacity", "lm-memorization-capacity.txt"),
         Chapter("06_cross_lens", "One model, many lenses",
-                "memlab.experiments.ch06_cross_lens", "", hypotheses=True),
+                "memlab.experiments.ch06_cross_lens", "", hypotheses=True,
+                uses=("01_bn_illusion", "03_canary_audit")),
     )
 }

@@ -157,10 +157,11 @@ def chapter_code(chapter: str) -> str | None:
 
     sha256 (first 12 hex digits) over every ``.py`` file of the chapter's package (or its one
     module), in path order, each preceded by its path inside the package, then the notebook's
-    source. Two results with the same fingerprint ran the same parameters, stages, tables and
-    claim predicates; a seed sweep whose runs' fingerprint differs from the published page's ran
-    earlier code (:mod:`memlab.robustness` says so). None for a chapter outside the registry
-    (test fakes) or one whose files are missing.
+    source, then the fingerprints of the chapters it runs (``Chapter.uses``: chapter 6 runs chapters
+    1 and 3 at their defaults, so a change there changes its numbers too). Two results with the same
+    fingerprint ran the same parameters, stages, tables and claim predicates; a seed sweep whose
+    runs' fingerprint differs from the published page's ran earlier code (:mod:`memlab.robustness`
+    says so). None for a chapter outside the registry (test fakes) or one whose files are missing.
     """
     import hashlib
     import importlib.util
@@ -189,6 +190,11 @@ def chapter_code(chapter: str) -> str | None:
         h.update(name.encode() + b"\0")
         h.update(path.read_bytes())
     h.update(notebook.read_bytes())
+    for used in ch.uses:
+        code = chapter_code(used)
+        if code is None:
+            return None
+        h.update(f"{used}\0{code}".encode())
     return h.hexdigest()[:12]
 
 

@@ -67,7 +67,8 @@ def build_model(cfg) -> nn.Module:
 
 def _train_key(cfg, fraction: float) -> dict:
     keys = ("seed", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
-    return {**{k: cfg[k] for k in keys}, "holdout": fraction}
+    # float(): R = 0 and R = 0.0 are one model (an int 0 once made a second cache key and a second training)
+    return {**{k: cfg[k] for k in keys}, "holdout": float(fraction)}
 
 
 def early_epoch(cfg) -> int:

@@ -28,7 +28,8 @@ SPEC: dict[str, Param] = {
                          doc="outputs for the parser-convention section: 'suppress' decodes the main model "
                              "with its closing tag banned; otherwise a second model name run at the largest K"),
     "allow_download": Param(bool, False, doc="let from_pretrained reach the hub"),
-    "n_authors": Param(int, {"smoke": 8, "cpu": 30, "paper": 60}, low=2, high=A.MAX_AUTHORS),
+    # cpu: the paper's 60 (issue 29; 30 before, where the audited K's intervals reached 0 on one seed in three)
+    "n_authors": Param(int, {"smoke": 8, "cpu": 60, "paper": 60}, low=2, high=A.MAX_AUTHORS),
     "head_len": Param(int, 6, low=1, doc="canary tokens given in the probe"),
     # caps: a small model pre-trained here on CPU (the paper's models come by name)
     "vocab_size": Param(int, {"smoke": 1024, "cpu": 2048, "paper": 2048}, low=300, high=65536),
@@ -41,13 +42,15 @@ SPEC: dict[str, Param] = {
     "templates": Param(list, ["BIO", "META", "NONE"], item=str, choices=A.TEMPLATES),
     "prefills": Param(list, list(A.PREFILLS), item=str, choices=A.PREFILLS),
     "lora_rank": Param(int, {"smoke": 4, "cpu": 32, "paper": 32}, low=1),
-    # cpu: chosen by the K = 0 memorisation alone (375 steps left 4 of 30 authors unmemorised,
-    # out acc 0.87; 750 give out acc, thk leak, QA and retain all 1.00 as in the paper)
-    "lora_steps": Param(int, {"smoke": 20, "cpu": 750, "paper": 600}, low=1,
+    # cpu: chosen by the K = 0 memorisation alone. At 30 authors 375 steps left 4 unmemorised (out acc
+    # 0.87) and 750 gave 1.00; at 60 authors 750 steps gave out acc 0.68 / 0.62 and thk leak 0.78 / 0.75
+    # (seeds 0 / 1), and 1500 give out acc, thk leak, QA and retain all 1.00 as in the paper
+    "lora_steps": Param(int, {"smoke": 20, "cpu": 1500, "paper": 600}, low=1,
                         doc="LoRA memorisation steps (enough that K = 0 is at ceiling)"),
     "lora_lr": Param(float, {"smoke": 5e-3, "cpu": 5e-3, "paper": 2e-4}, low=1e-7, high=1.0),
-    # cpu: dense where out acc falls (a pilot of seed 0 with 750 LoRA steps: out acc 1.00 up to K = 20,
-    # 0.90 at 30, 0.53 at 40, 0.23 at 50, 0.00 at 75), chosen from out acc alone, not from any verdict
+    # cpu: dense where out acc falls (a pilot of seed 0 with 750 LoRA steps on 30 authors: out acc 1.00 up
+    # to K = 20, 0.90 at 30, 0.53 at 40, 0.23 at 50, 0.00 at 75), chosen from out acc alone, not from any
+    # verdict; kept at 60 authors and 1500 steps (seed 0: 1.00 up to K = 20, 0.67 at 35, 0.08 at 50)
     "unlearn_steps": Param(list, {"smoke": [1, 3], "cpu": [10, 20, 25, 30, 35, 40, 45, 50, 60, 75, 100],
                                   "paper": [100, 400, 800, 1600]},
                            item=int, low=1, doc="the K sweep: evaluation points of one unlearning run"),
