@@ -145,6 +145,7 @@ if cfg.n_authors < 60 or cfg.model == "small":
             " none of them was tuned toward a gap, a Delta_AB or a verdict."
         )
     )
+    pagekit.show_scale_changes(CH)
 
 # %% [markdown]
 # ## The audited state, defined before the run

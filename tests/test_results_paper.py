@@ -163,3 +163,26 @@ def test_sanity_checks_are_labelled_and_counted_apart():
     assert table.frame["Claim"].tolist() == ["a paper claim", "[sanity check] true by construction"]
     # rows from before "kind" existed count as paper claims
     assert paper.tally([{"verdict": paper.REPRODUCED}], paper.CLAIM)[paper.REPRODUCED] == 1
+
+
+def test_scale_changes_read_from_the_yaml_and_shown_as_sentences(fake_paper):
+    from memlab import pagekit
+
+    assert paper.scale_changes("ch") == [] and pagekit.scale_changes_text("ch") == ""
+    data = yaml.safe_load((fake_paper / "ch.yaml").read_text())
+    data["scale_changes"] = [{"change": "60 authors instead of 30", "why": "The paper uses 60.",
+                              "cost": "5 more minutes"}]
+    (fake_paper / "ch.yaml").write_text(yaml.safe_dump(data))
+    text = pagekit.scale_changes_text("ch")
+    assert "60 authors instead of 30. The paper uses 60. **Cost:** 5 more minutes." in text
+    assert "What it bought" not in text  # not measured yet
+    data["scale_changes"][0]["bought"] = "two claims decided"
+    (fake_paper / "ch.yaml").write_text(yaml.safe_dump(data))
+    assert "**What it bought:** two claims decided." in pagekit.scale_changes_text("ch")
+    for bad, msg in (({"change": "x", "why": "y"}, r"missing \['cost'\]"),
+                     ({"change": "x", "why": "y", "cost": "z", "price": "p"}, r"unknown keys \['price'\]"),
+                     ({"change": "x", "why": " ", "cost": "z"}, r"empty \['why'\]")):
+        data["scale_changes"] = [bad]
+        (fake_paper / "ch.yaml").write_text(yaml.safe_dump(data))
+        with pytest.raises(ValueError, match=r"data/papers/ch\.yaml: scale_changes\[0\]: " + msg):
+            paper.scale_changes("ch")

@@ -358,6 +358,26 @@ def _cost_words(cost: dict | None) -> str:
     return f"estimated {', '.join(parts)}" if parts else ""
 
 
+def scale_changes_text(chapter: str) -> str:
+    """The chapter's scale changes (:func:`memlab.paper.scale_changes`) as one Markdown paragraph per
+    change: what changed and why, what it cost, what it bought; "" when it lists none."""
+    paras = []
+    for e in paper.scale_changes(chapter):
+        text = f"**Changed toward the paper's regime:** {e['change'].rstrip('.')}. {e['why'].rstrip('.')}. " \
+               f"**Cost:** {e['cost'].rstrip('.')}."
+        if e.get("bought"):
+            text += f" **What it bought:** {e['bought'].rstrip('.')}."
+        paras.append(text)
+    return "\n\n".join(paras)
+
+
+def show_scale_changes(chapter: str) -> None:
+    """Display :func:`scale_changes_text` (nothing when the chapter lists no change)."""
+    text = scale_changes_text(chapter)
+    if text:
+        _display_markdown(text)
+
+
 def regimes_table(chapter: str, verdicts: Sequence[dict]):
     """The chapter's regime gates as readers see them: one row per regime (index: its name in words).
 

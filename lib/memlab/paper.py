@@ -289,6 +289,36 @@ def short_titles(chapter: str) -> dict[str, str]:
     return dict(out)
 
 
+#: Keys of one ``scale_changes:`` entry; ``bought`` is filled in once the re-run has measured it.
+SCALE_KEYS = ("change", "why", "cost", "bought")
+SCALE_NEEDS = ("change", "why", "cost")
+
+
+def scale_changes(chapter: str) -> list[dict[str, str]]:
+    """The chapter's changes of scale toward its paper's regime (``scale_changes:`` in its yaml, issue 29).
+
+    Each entry says in sentences what changed (``change``), why, from the paper's text (``why``),
+    what it cost in time (``cost``) and, once measured, what it bought in verdicts (``bought``).
+    [] when the chapter lists none; an entry with an unknown or missing key, or an empty one,
+    raises ValueError naming the file.
+    """
+    out = load(chapter).get("scale_changes") or []
+    where = f"data/papers/{chapter}.yaml: scale_changes"
+    if not isinstance(out, list):
+        raise ValueError(f"{where}: must be a list of entries with keys {', '.join(SCALE_KEYS)}")
+    for i, entry in enumerate(out):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}[{i}]: must be a mapping with keys {', '.join(SCALE_KEYS)} (got {entry!r})")
+        unknown, missing = sorted(set(entry) - set(SCALE_KEYS)), [k for k in SCALE_NEEDS if k not in entry]
+        empty = [k for k, v in entry.items() if not (isinstance(v, str) and v.strip())]
+        if unknown or missing or empty:
+            raise ValueError(f"{where}[{i}]: " + "; ".join(
+                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
+                + ([f"empty {empty}"] if empty else []))
+                + f" (allowed: {', '.join(SCALE_KEYS)}; required: {', '.join(SCALE_NEEDS)})")
+    return [dict(e) for e in out]
+
+
 # ----------------------------------------------------------------------------- regime gates
 # A gate is the paper's regime as a measurable precondition over our run (``regimes:`` in the
 # chapter's yaml, issue 29). A claim whose gate fails is "outside the paper's regime": our

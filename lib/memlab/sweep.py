@@ -396,7 +396,7 @@ def _execute(chapter, profile, todo, sweep_dir, workers, threads, scheduler, clu
                            env={"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)})
         client = Client(own)
         print(f"dask: LocalCluster of {n} worker process(es) x 1 run, OMP_NUM_THREADS={threads} "
-              f"({n * threads} threads on {_cores()} cores)")
+              f"({n * threads} thread{'s' * (n * threads != 1)} on {_cores()} cores)")
     print(f"dask: dashboard {_dashboard(client)}")
     if gpus_per_run and scheduler:
         print(f"dask: each run requests the resource GPU={gpus_per_run}: start the workers with "
