@@ -69,6 +69,23 @@ def test_no_cache_retrains(tmp_path, monkeypatch):
     assert calls == [1, 1]
 
 
+def test_no_cache_trains_each_model_once_per_run_and_shares_it(tmp_path, monkeypatch):
+    """--no-cache ignores what earlier runs cached, but a model two stages of one run ask for is trained
+    once, as from an empty cache (it once trained chapter 3's memorised adapter twice)."""
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache, "_MADE_HERE", {})
+    calls, computed = [], []
+    cache.load_or_train("ch", "s", {"k": 1}, Tiny, _train(calls))  # an earlier run's entry
+    monkeypatch.setenv("MEMLAB_NO_CACHE", "1")
+    first = cache.load_or_train("ch", "s", {"k": 1}, Tiny, _train(calls))
+    again = cache.load_or_train("ch", "s", {"k": 1}, Tiny, _train(calls))
+    assert calls == [1, 1]  # retrained once despite the earlier entry, then shared
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    make = lambda: computed.append(1) or {"w": torch.ones(2)}  # noqa: E731
+    cache.load_or_compute("ch", "t", {"k": 2}, make)
+    assert torch.equal(cache.load_or_compute("ch", "t", {"k": 2}, make)["w"], torch.ones(2)) and computed == [1]
+
+
 def test_interrupted_write_leaves_no_entry(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path))
 

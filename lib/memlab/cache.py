@@ -30,6 +30,7 @@ Settings: ``MEMLAB_CACHE`` (folder; default ``<repo>/data/cache/models``) and
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as _dt
 import errno
 import hashlib
@@ -334,11 +335,22 @@ def load_or_train(
                          lambda: _train_and_write(k, chapter, stage, config, code_version, model, train))
 
 
+#: What this process trained with the cache off (``--no-cache``), by key: such a run ignores every entry
+#: it finds, but shares what it trains between the stages that ask for it, as a cold run from an empty
+#: cache does (chapter 3's memorised adapter serves its K sweep, GA and retain variant). Kept in memory,
+#: not re-read: an older entry of the same key keeps its place on disk (first writer wins).
+_MADE_HERE: dict[str, Any] = {}
+
+
 def _load_or_make(k: str, chapter: str, stage: str, cached: Callable[[bool], Any], make: Callable[[], Any]) -> Any:
     """``cached(rebuild)``'s entry, else ``make()`` under the key's lock (:func:`key_lock`), looking again
-    once the lock is held: another process may have written the entry while this one waited."""
+    once the lock is held: another process may have written the entry while this one waited. With the
+    cache off, ``make()`` unless this process made it already: then a copy of that (:data:`_MADE_HERE`;
+    a copy, as a load from disk is, so one stage's changes never reach another)."""
     if not enabled():
-        return make()
+        if k not in _MADE_HERE:
+            _MADE_HERE[k] = make()
+        return copy.deepcopy(_MADE_HERE[k])
     if (found := cached(True)) is not None:
         return found
     with key_lock(k, chapter, stage):
