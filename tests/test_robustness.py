@@ -106,8 +106,6 @@ def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
 def test_a_chapter_that_runs_another_changes_its_fingerprint_with_that_chapters_code(tmp_path, monkeypatch):
     """Chapter 6 runs chapters 1 and 3 at their defaults: editing chapter 3's spec changes chapter 6's
     numbers, so it must change chapter 6's fingerprint (its published sweep is then earlier code)."""
-    import sys
-
     from memlab import chapters, config, results
 
     for name in ("zz_up", "zz_down"):
@@ -127,7 +125,6 @@ def test_a_chapter_that_runs_another_changes_its_fingerprint_with_that_chapters_
     monkeypatch.setitem(chapters.CHAPTERS, "zz_down", chapters.Chapter("zz_down", "Down", "zz_down", "",
                                                                       uses=("99_missing",)))
     assert results.chapter_code("zz_down") is None
-    sys.modules.pop("zz_up", None), sys.modules.pop("zz_down", None)
 
 
 def _axis_summary() -> dict:

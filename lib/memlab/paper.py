@@ -309,14 +309,20 @@ def scale_changes(chapter: str) -> list[dict[str, str]]:
     for i, entry in enumerate(out):
         if not isinstance(entry, dict):
             raise ValueError(f"{where}[{i}]: must be a mapping with keys {', '.join(SCALE_KEYS)} (got {entry!r})")
-        unknown, missing = sorted(set(entry) - set(SCALE_KEYS)), [k for k in SCALE_NEEDS if k not in entry]
         empty = [k for k, v in entry.items() if not (isinstance(v, str) and v.strip())]
-        if unknown or missing or empty:
-            raise ValueError(f"{where}[{i}]: " + "; ".join(
-                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else [])
-                + ([f"empty {empty}"] if empty else []))
-                + f" (allowed: {', '.join(SCALE_KEYS)}; required: {', '.join(SCALE_NEEDS)})")
+        _require_keys(entry, SCALE_KEYS, SCALE_NEEDS, f"{where}[{i}]", [f"empty {empty}"] if empty else [])
     return [dict(e) for e in out]
+
+
+def _require_keys(entry: dict, allowed: Sequence[str], required: Sequence[str], at: str,
+                  more: Sequence[str] = ()) -> None:
+    """One ValueError at ``at`` naming ``entry``'s unknown and missing keys (and ``more`` problems),
+    with the keys allowed and required; nothing when there is no problem."""
+    unknown, missing = sorted(set(entry) - set(allowed)), [k for k in required if k not in entry]
+    problems = ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else []) + list(more)
+    if problems:
+        raise ValueError(f"{at}: " + "; ".join(problems)
+                         + f" (allowed: {', '.join(allowed)}; required: {', '.join(required)})")
 
 
 # ----------------------------------------------------------------------------- regime gates
@@ -356,12 +362,7 @@ def validate_regimes(data, where: str) -> dict[str, dict]:
             raise ValueError(f"{at}: a regime name must be snake_case (lower-case letters, digits, _)")
         if not isinstance(reg, dict):
             raise ValueError(f"{at}: must be a mapping with keys {', '.join(REGIME_NEEDS)}")
-        unknown = sorted(set(reg) - set(REGIME_KEYS))
-        missing = [k for k in REGIME_NEEDS if k not in reg]
-        if unknown or missing:
-            raise ValueError(f"{at}: " + "; ".join(
-                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing {missing}"] if missing else []))
-                + f" (allowed: {', '.join(REGIME_KEYS)}; required: {', '.join(REGIME_NEEDS)})")
+        _require_keys(reg, REGIME_KEYS, REGIME_NEEDS, at)
         for key in ("text", "why") + (("decide",) if "decide" in reg else ()):
             if not isinstance(reg[key], str) or not reg[key].strip():
                 raise ValueError(f"{at}: {key!r} must be a non-empty sentence (got {reg[key]!r})")
