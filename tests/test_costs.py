@@ -98,6 +98,43 @@ def test_wall_time_comes_from_this_cpus_runs_weighted_by_their_length(tmp_path):
     assert elsewhere["speed"] == pytest.approx(295.0 / 210.0)  # no run on C: every run at 2 threads
 
 
+def test_costs_come_from_runs_at_the_same_thread_count_or_are_converted_to_it(tmp_path):
+    # A second thread never halves the wall time, so a run at 2 threads burns more CPU seconds
+    # than at 1: the estimate for a 1-thread run prefers 1-thread records, and converts 2-thread
+    # ones by the ratio of the runs recorded at both thread counts (pooled over chapters).
+    def rec(chapter, threads, cpu, k1):  # k1 and k2 trained, the rest the run's own
+        keys = {f"{chapter}1": {"stage": "s", "trained": True, "train_cpu_s": k1},
+                f"{chapter}2": {"stage": "s", "trained": True, "train_cpu_s": 10.0}}
+        costs.record(tmp_path, _payload(chapter=chapter, cpu=cpu, train=k1 + 10.0, threads=threads, keys=keys),
+                     wall_s=cpu / threads)
+
+    rec("a", 1, cpu=100.0, k1=60.0)
+    rec("a", 2, cpu=150.0, k1=100.0)  # later, at the other thread count
+    rec("c", 2, cpu=100.0, k1=50.0)
+    rec("c", 1, cpu=50.0, k1=20.0)
+    rec("b", 2, cpu=240.0, k1=170.0)  # never run at one thread
+    ratio = (100.0 + 50.0) / (150.0 + 100.0)
+    assert costs._thread_ratio(costs.read_log(tmp_path), 1, 2) == pytest.approx(ratio)
+
+    def cold(chapter, threads):
+        return costs.estimate(chapter, "cpu", {"seed": 0}, threads, [tmp_path], is_cached=lambda k: False)["cold_cpu_s"]
+
+    assert cold("a", 1) == pytest.approx(100.0)  # its own 1-thread run, not the later 2-thread one
+    assert cold("a", 2) == pytest.approx(150.0)
+    assert cold("b", 2) == pytest.approx(240.0)
+    assert cold("b", 1) == pytest.approx(240.0 * ratio, abs=0.1)
+
+
+def test_the_estimate_is_checked_against_the_runs_recorded_after_it(tmp_path):
+    costs.record(tmp_path, _payload(cpu=100.0, train=80.0), wall_s=60.0)
+    costs.record(tmp_path, _payload(cpu=125.0, train=80.0), wall_s=70.0)  # the same run, measured 25 % dearer
+    log = costs.read_log(tmp_path)
+    (check,) = costs.backtest(log)  # the first had nothing before it to be estimated from
+    assert (check["cpu_s"], check["estimate_cpu_s"], check["error"], check["same_cpu"]) == (125.0, 100.0, -0.2, True)
+    assert "within 20 % of the CPU time measured" in costs.backtest_sentence(log, "cpu")
+    assert "How close the estimate is" in costs.page_markdown(log, {"c": "C"})
+
+
 def test_a_new_seed_is_estimated_from_the_run_of_another_seed_and_charged_as_cold(tmp_path):
     # A seed sweep's seeds 1, 2, ... have never run, but they train the same models for the same
     # steps as seed 0: its cost is theirs. Seed 0's models are cached, yet none of them is seed 1's.

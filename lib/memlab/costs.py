@@ -13,8 +13,10 @@ Three parts, one per moment of a run:
 3. **Before the next run** :func:`estimate` reads the cost log: for a run with the same chapter,
    profile and parameters it knows every model the run needs (the cache keys of the last such
    run), which of them are cached now, what each costs to train, and the rest of the run's CPU
-   time; wall time at the chosen threads comes from recorded runs at that thread count. A run
-   with a seed never run before is estimated from a run that differed only in its seed.
+   time, from the records most like the run (same CPU, same thread count; others converted by
+   the ratio of runs recorded at both thread counts); wall time at the chosen threads comes from
+   recorded runs at that thread count. A run with a seed never run before is estimated from a
+   run that differed only in its seed. :func:`backtest` checks the estimate against the log.
 """
 
 from __future__ import annotations
@@ -174,16 +176,52 @@ def _append(book: Path, rec: dict) -> dict:
     return rec
 
 
-def _key_costs(runs: Iterable[dict]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """Each key's training CPU seconds (latest record that trained it), and each stage's list of them."""
-    by_key: dict[str, float] = {}
-    by_stage: dict[str, list[float]] = {}
+def _key_costs(runs: Iterable[dict], rank: Callable[[dict], tuple],
+               scale: Callable[[dict], float]) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Each key's training CPU seconds, and each stage's list of them, from the records that best predict this run.
+
+    ``rank(r)`` says how well record ``r`` predicts the run about to start (higher is better; among
+    equals the later record wins); a key's cost is that of the best-ranked record that trained it,
+    and a stage's list holds only its best-ranked records' costs. ``scale(r)`` converts ``r``'s CPU
+    seconds to this run's thread count (:func:`_thread_ratio`).
+    """
+    by_key: dict[str, tuple[tuple, float]] = {}
+    by_stage: dict[str, tuple[tuple, list[float]]] = {}
     for r in runs:
+        rk = rank(r)
         for k, e in (r.get("keys") or {}).items():
-            if e.get("trained") and isinstance(e.get("train_cpu_s"), (int, float)):
-                by_key[k] = float(e["train_cpu_s"])
-                by_stage.setdefault(e.get("stage", "?"), []).append(float(e["train_cpu_s"]))
-    return by_key, by_stage
+            if not (e.get("trained") and isinstance(e.get("train_cpu_s"), (int, float))):
+                continue
+            cost = float(e["train_cpu_s"]) * scale(r)
+            if k not in by_key or rk >= by_key[k][0]:
+                by_key[k] = (rk, cost)
+            stage = e.get("stage", "?")
+            if stage not in by_stage or rk > by_stage[stage][0]:
+                by_stage[stage] = (rk, [cost])
+            elif rk == by_stage[stage][0]:
+                by_stage[stage][1].append(cost)
+    return {k: c for k, (_, c) in by_key.items()}, {s: c for s, (_, c) in by_stage.items()}
+
+
+def _thread_ratio(runs: Iterable[dict], threads: int, other: int, device: str | None = None) -> float:
+    """CPU seconds a run burns at ``threads`` threads per CPU second of the same run at ``other`` threads.
+
+    A second thread never halves the wall time, so a run at 2 threads burns more CPU seconds than
+    at 1 (on a 2-core AMD EPYC, 1.10-1.26x by chapter): costs recorded at one thread count
+    over- or under-charge a run at another. The ratio is fitted to pairs of cold records of one
+    chapter and parameters on one CPU at both thread counts (the latest of each), as a ratio of
+    their sums, on ``device`` when it has such pairs; 1.0 when no pair is recorded.
+    """
+    if threads == other:
+        return 1.0
+    pairs: dict[tuple, dict[int, float]] = {}
+    for r in runs:
+        if r.get("kind") == "cold" and r.get("threads") in (threads, other) and r.get("cpu_s"):
+            key = (r.get("device"), r.get("chapter"), r.get("profile"), r.get("params"))
+            pairs.setdefault(key, {})[r["threads"]] = float(r["cpu_s"])
+    both = {k: v for k, v in pairs.items() if len(v) == 2}
+    use = [v for k, v in both.items() if k[0] == device] or list(both.values())
+    return sum(v[threads] for v in use) / sum(v[other] for v in use) if use else 1.0
 
 
 def _speedup(runs: list[dict], threads: int, device: str | None = None) -> float | None:
@@ -201,14 +239,27 @@ def _speedup(runs: list[dict], threads: int, device: str | None = None) -> float
 
 def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iterable[Path],
              is_cached: Callable[[str], bool], code: str | None = None, device: str | None = None) -> dict:
-    """What the run about to start will cost, from the cost logs of ``books``.
+    """What the run about to start will cost, from the cost logs of ``books`` (:func:`estimate_from`)."""
+    runs = [r for book in books for r in read_log(book)]
+    return estimate_from(runs, chapter, profile, (params_hash(params), schedule_hash(params)), threads, is_cached,
+                         code=code, device=device)
 
+
+def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str, str], threads: int,
+                  is_cached: Callable[[str], bool], code: str | None = None, device: str | None = None) -> dict:
+    """What the run about to start will cost, from the cost-log records ``log`` (oldest first).
+
+    ``hashes``: the run's :func:`params_hash` and :func:`schedule_hash`.
     ``is_cached(key)`` says whether a cache entry is there now (:func:`memlab.cache.has`).
     ``code``: the chapter's ``CODE_VERSION`` now; when the last recorded run was made at
     another one, its cache keys are not this run's (they hash the code version), so none of
     its models counts as cached and ``stale_code`` gives the recorded version. ``device`` (this
     machine's, as the records name it): wall time comes from the CPU/wall ratio of the runs on it
     when there are any (:func:`_speedup`).
+    Each model's training CPU seconds, and the run's own (its CPU time less its training), come
+    from the records most like this run: on this device first, then at this thread count, then
+    the latest. A record at another thread count is converted to this one by the ratio fitted to
+    the log's runs recorded at both (:func:`_thread_ratio`).
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, ``keys`` (the m cache keys),
     ``to_train`` (key -> CPU seconds of each one charged), ``speed`` (CPU per wall second), and the wall seconds of
@@ -218,21 +269,31 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     run's (``other_seed`` True): its cold cost is this one's, but its models are not this run's, so
     ``cached`` is None and this run is charged as cold (at most that).
     """
-    runs: list[dict] = []
-    for book in books:
-        runs += [r for r in read_log(book) if (r.get("chapter"), r.get("profile")) == (chapter, profile)]
+    runs = [r for r in log if (r.get("chapter"), r.get("profile")) == (chapter, profile)]
     out: dict[str, Any] = {"known": False, "runs": len(runs), "threads": threads}
-    same = [r for r in runs if r.get("params") == params_hash(params)]
+    same = [r for r in runs if r.get("params") == hashes[0]]
     other_seed = not same
     if other_seed:
-        same = [r for r in runs if r.get("schedule") == schedule_hash(params)]
+        same = [r for r in runs if r.get("schedule") == hashes[1]]
     if not same:
         return out
     last = same[-1]
-    by_key, by_stage = _key_costs(runs)
+
+    def rank(r: dict) -> tuple[bool, bool]:
+        return (device is not None and r.get("device") == device, r.get("threads") == threads)
+
+    ratios: dict[Any, float] = {}
+
+    def scale(r: dict) -> float:
+        if r.get("threads") not in ratios:
+            ratios[r.get("threads")] = _thread_ratio(log, threads, r.get("threads"), device)
+        return ratios[r.get("threads")]
+
+    by_key, by_stage = _key_costs(runs, rank, scale)
     keys = last.get("keys") or {}
     stale = other_seed or (code is not None and last.get("code") not in (None, code))
-    rest = max(0.0, float(last["cpu_s"]) - float(last.get("train_cpu_s") or 0.0))  # the run minus its training
+    like = sorted(same, key=rank)[-1]  # the latest of the records most like this run (the sort is stable)
+    rest = max(0.0, float(like["cpu_s"]) - float(like.get("train_cpu_s") or 0.0)) * scale(like)  # the run minus its training
     cold = this = rest
     cached = 0
     to_train: dict[str, float] = {}
@@ -258,6 +319,47 @@ def estimate(chapter: str, profile: str, params: dict, threads: int, books: Iter
     if stale and not other_seed:
         out["stale_code"] = last["code"]
     return out
+
+
+def backtest(log: list[dict]) -> list[dict]:
+    """The estimate checked against the log: each cold run as estimated from the records before it.
+
+    For every cold record whose chapter, profile and parameters (or schedule) had been recorded
+    before, what :func:`estimate_from` would have predicted from the earlier records, at its thread
+    count on its CPU, beside what it measured. Returns one dict per such run, oldest first:
+    ``chapter``, ``profile``, ``threads``, ``device``, ``date``, ``same_cpu`` (an earlier cold run of
+    its chapter was recorded on its CPU), ``cpu_s`` (measured), ``estimate_cpu_s`` and ``error`` (estimate / measured - 1).
+    """
+    out = []
+    for i, r in enumerate(log):
+        if r.get("kind") != "cold" or not r.get("params") or not r.get("cpu_s"):
+            continue
+        est = estimate_from(log[:i], r["chapter"], r["profile"], (r["params"], r.get("schedule")), r["threads"],
+                            lambda k: False, device=r.get("device"))
+        if not est["known"]:
+            continue
+        before = [p for p in log[:i] if (p.get("chapter"), p.get("profile")) == (r["chapter"], r["profile"])]
+        out.append({"chapter": r["chapter"], "profile": r["profile"], "threads": r["threads"],
+                    "device": r.get("device"), "date": r.get("date"),
+                    "same_cpu": any(p.get("device") == r.get("device") and p.get("kind") == "cold" for p in before),
+                    "cpu_s": r["cpu_s"], "estimate_cpu_s": est["cold_cpu_s"],
+                    "error": round(est["cold_cpu_s"] / r["cpu_s"] - 1, 3)})
+    return out
+
+
+def backtest_sentence(runs: list[dict], profile: str) -> str:
+    """How close the estimate came on the log's cold runs at ``profile`` (:func:`backtest`), for the cost page."""
+    checks = [c for c in backtest(runs) if c["profile"] == profile]
+    here = sorted(abs(c["error"]) for c in checks if c["same_cpu"])
+    if not here:
+        return ""
+    far = [abs(c["error"]) for c in checks if not c["same_cpu"]]
+    elsewhere = (f" Estimated from another CPU's records only, {len(far)} cold run{'s' if len(far) != 1 else ''} "
+                 f"came out up to {100 * max(far):.0f} % off." if far else "")
+    return (f"**How close the estimate is.** Each cold run at `{profile}` estimated from the records before it, "
+            f"as `memlab run` would have: of the {len(here)} whose chapter had an earlier cold run on the same "
+            f"CPU, the estimate was within {100 * here[-1]:.0f} % of the CPU time measured (median "
+            f"{100 * here[len(here) // 2]:.0f} %).{elsewhere}")
 
 
 def minutes(seconds: float) -> float:
@@ -477,6 +579,8 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
                          f"| {est_text} |")
             machines += [f"{i}. {_machine(r)} ({r['kind']})" for r in (cold, warm) if r is not None]
         lines += ["", "Measured on: " + "; ".join(machines) + "." if machines else "", ""]
+        check = backtest_sentence(runs, profile)
+        lines += [check, ""] if check else []
     lines += ["\u2013 marks a kind of run not yet recorded. Wall time depends on the machine and on what else it runs; CPU time is the kernel's own "
               "(training and evaluation), which a loaded machine changes much less. The estimate is what "
               "`memlab run` predicted before the last run, beside what that run measured. A run that "
