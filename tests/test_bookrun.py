@@ -123,3 +123,20 @@ def test_by_default_a_book_runs_as_many_chapters_as_the_cores_hold(monkeypatch):
     assert bookrun.jobs_count(None) == len(chapters.CHAPTERS) and bookrun.threads_per_job(None, 6) == 10
     monkeypatch.setattr(config, "device", lambda *a: SimpleNamespace(type="cuda"))
     assert bookrun.jobs_count(None) == 1                     # chapters sharing one GPU each slow down
+
+
+def test_a_long_silent_step_keeps_its_bar_ticking():
+    # A bar redraws only when its loop advances; a 1 s step inside it (a cold import, the render)
+    # would leave the terminal silent without the ticker.
+    import io
+    import time as _time
+
+    from memlab.progress import ticking
+    from tqdm.std import tqdm
+
+    out = io.StringIO()
+    with tqdm(total=1, desc="step", file=out, mininterval=0, bar_format="{desc} [{elapsed}]") as bar, ticking(bar, 0.2):
+        _time.sleep(1.1)
+    draws = [d for d in out.getvalue().split("\r") if d.startswith("step")]
+    assert len(draws) >= 5, draws
+    assert "step [00:01]" in draws

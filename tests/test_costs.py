@@ -114,7 +114,7 @@ def test_costs_come_from_runs_at_the_same_thread_count_or_are_converted_to_it(tm
     rec("c", 1, cpu=50.0, k1=20.0)
     rec("b", 2, cpu=240.0, k1=170.0)  # never run at one thread
     ratio = (100.0 + 50.0) / (150.0 + 100.0)
-    assert costs._thread_ratio(costs.read_log(tmp_path), 1, 2) == pytest.approx(ratio)
+    assert costs._setup_ratio(costs.read_log(tmp_path), (None, 1), ("cpu (X)", 2)) == pytest.approx(ratio)
 
     def cold(chapter, threads):
         return costs.estimate(chapter, "cpu", {"seed": 0}, threads, [tmp_path], is_cached=lambda k: False)["cold_cpu_s"]
@@ -123,6 +123,39 @@ def test_costs_come_from_runs_at_the_same_thread_count_or_are_converted_to_it(tm
     assert cold("a", 2) == pytest.approx(150.0)
     assert cold("b", 2) == pytest.approx(240.0)
     assert cold("b", 1) == pytest.approx(240.0 * ratio, abs=0.1)
+
+
+def test_costs_recorded_on_another_cpu_are_converted_by_the_runs_recorded_on_both(tmp_path):
+    def rec(chapter, device, threads, cpu):
+        payload = _payload(chapter=chapter, cpu=cpu, train=cpu * 0.8, threads=threads,
+                           keys={f"{chapter}1": {"stage": "s", "trained": True, "train_cpu_s": cpu * 0.8}})
+        payload["provenance"]["device"] = device
+        costs.record(tmp_path, payload, wall_s=cpu / threads)
+
+    rec("a", "cpu (X)", 2, 100.0)
+    rec("a", "cpu (Y)", 2, 50.0)   # Y burns half X's CPU seconds on the same run
+    rec("a", "cpu (Y)", 1, 40.0)   # and 0.8 of them at one thread
+    rec("b", "cpu (X)", 2, 200.0)  # b never ran on Y
+
+    def cold(device, threads):
+        return costs.estimate("b", "cpu", {"seed": 0}, threads, [tmp_path], is_cached=lambda k: False,
+                              device=device)["cold_cpu_s"]
+
+    assert cold("cpu (X)", 2) == pytest.approx(200.0)
+    assert cold("cpu (Y)", 2) == pytest.approx(100.0)
+    assert cold("cpu (Y)", 1) == pytest.approx(80.0)  # Y's CPU ratio, then Y's thread ratio
+    assert cold("cpu (Z)", 2) == pytest.approx(200.0)  # nothing recorded on Z: taken as it is
+
+
+def test_a_model_only_a_cold_run_trains_is_charged_only_when_the_models_it_serves_are_missing(tmp_path):
+    # k2 is trained only to train k1; a run with k1 cached never touches it, so the last (warm)
+    # run's keys miss it, yet a cold run pays for it.
+    costs.record(tmp_path, _payload(), wall_s=65.0)  # cold: k1 50 s, k2 30 s, its own 20 s
+    costs.record(tmp_path, _payload(cpu=20.0, train=0.0, keys={"k1": {"stage": "s", "trained": False}}), wall_s=15.0)
+    none = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: False)
+    assert (none["models"], none["cold_cpu_s"], none["this_cpu_s"]) == (1, 100.0, 100.0)
+    k1 = costs.estimate("c", "cpu", {"seed": 0}, 2, [tmp_path], is_cached=lambda k: k == "k1")
+    assert (k1["cached"], k1["cold_cpu_s"], k1["this_cpu_s"]) == (1, 100.0, 20.0)
 
 
 def test_the_estimate_is_checked_against_the_runs_recorded_after_it(tmp_path):
@@ -344,6 +377,13 @@ def test_a_book_run_is_recorded_whole_and_the_pages_report_it(tmp_path):
             "for its 2 chapters") in page
     assert "Per chapter, wall: 1. 5.3 min; 2. 1.2 min, 1 of its models loaded from earlier chapters." in page
     assert page.index("The whole book") < page.index("| Chapter |")  # the book first, then its chapters
+    assert "On another CPU" not in page
+    elsewhere = costs.record_book(tmp_path, "cpu", 500.0, [dict(a, device="cpu (Y)")])  # a later book on Y
+    page = costs.page_markdown(costs.read_log(tmp_path), titles)
+    assert ("from an empty model cache**, in one `memlab book`: 8.3 min wall and 10 CPU-minutes for its 1 chapter "
+            "(Y, 2 threads, 2026-12-01; the render after them not counted). On another CPU the last cold book took "
+            "6.7 min wall and 12 CPU-minutes (X, 2 threads, 2026-12-01, commit abc).") in page
+    assert elsewhere["device"] == "cpu (Y)"
     for _ in range(costs.KEEP_PER_CHAPTER + 2):
         costs.record_book(tmp_path, "cpu", 400.0, [a, b])
     assert sum(r["kind"] == "book" for r in costs.read_log(tmp_path)) == costs.KEEP_PER_CHAPTER

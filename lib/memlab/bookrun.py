@@ -200,7 +200,7 @@ def book_command(args, root: Path, render) -> None:
     time, or ``--jobs`` at once), record the whole run in the cost log
     (:func:`memlab.costs.record_book`), then ``render()``."""
     from memlab.chapters import CHAPTERS
-    from memlab.progress import progress
+    from memlab.progress import progress, ticking
     from memlab.runner import estimate, run_chapter, set_flag_env, validate
 
     start = time.perf_counter()
@@ -213,9 +213,9 @@ def book_command(args, root: Path, render) -> None:
           + (f", {jobs} at a time" if jobs > 1 else "")
           + "; checking every chapter's parameters before any runs", flush=True)
     set_flag_env(args.allow_download, args.allow_cpu, ())  # for the preflight of every chapter
-    # all before running any; a bar, as the first imports from a cold disk can take a while
-    cfgs = {c: validate(c, args.profile, {}, root)[1]
-            for c in progress(chapters, desc="book: checking", mininterval=0.5)}
+    # all before running any; a bar that keeps ticking, as the first imports from a cold disk can take a while
+    with progress(chapters, desc="book: checking", mininterval=0.5) as bar, ticking(bar):
+        cfgs = {c: validate(c, args.profile, {}, root)[1] for c in bar}
     ests = {c: estimate(c, args.profile, cfg, threads, book, root) for c, cfg in cfgs.items()}
     est = costs.book_estimate(ests, jobs)
     print(costs.book_estimate_line(args.profile, threads, est), flush=True)
@@ -235,8 +235,8 @@ def book_command(args, root: Path, render) -> None:
     records = [r for r in costs.read_log(book) if r not in before and r.get("chapter") in chapters]
     # before render: the page shows it
     rec = costs.record_book(book, args.profile, time.perf_counter() - start, records, jobs=jobs)
-    print("book: rendering the HTML book", flush=True)
-    render()
+    with progress(desc="book: rendering the HTML book", bar_format="{desc} [{elapsed}]") as bar, ticking(bar):
+        render()
     if rec is not None:
         how = "from an empty model cache" if rec["from_empty_cache"] else "with some models cached"
         print(f"book: its {them} ran in {costs.minutes(rec['wall_s']):g} min wall and "

@@ -183,7 +183,7 @@ def _key_costs(runs: Iterable[dict], rank: Callable[[dict], tuple],
     ``rank(r)`` says how well record ``r`` predicts the run about to start (higher is better; among
     equals the later record wins); a key's cost is that of the best-ranked record that trained it,
     and a stage's list holds only its best-ranked records' costs. ``scale(r)`` converts ``r``'s CPU
-    seconds to this run's thread count (:func:`_thread_ratio`).
+    seconds to this run's CPU and thread count (:func:`_setup_ratio`).
     """
     by_key: dict[str, tuple[tuple, float]] = {}
     by_stage: dict[str, tuple[tuple, list[float]]] = {}
@@ -203,25 +203,50 @@ def _key_costs(runs: Iterable[dict], rank: Callable[[dict], tuple],
     return {k: c for k, (_, c) in by_key.items()}, {s: c for s, (_, c) in by_stage.items()}
 
 
-def _thread_ratio(runs: Iterable[dict], threads: int, other: int, device: str | None = None) -> float:
-    """CPU seconds a run burns at ``threads`` threads per CPU second of the same run at ``other`` threads.
+Setup = tuple  # (device, threads): what a run's CPU seconds depend on besides the run itself
+
+
+def _pair_ratio(runs: Iterable[dict], to: Setup, frm: Setup) -> float | None:
+    """CPU seconds of a cold run on setup ``to`` per CPU second of the same run on ``frm``; None if no pair.
+
+    Fitted to pairs of cold records of one chapter and parameters on both setups (the latest of
+    each), as the ratio of their sums. None in a setup stands for any one device (or thread
+    count): the two records of a pair then share it, and only the other part differs.
+    """
+    pairs: dict[tuple, dict[Setup, float]] = {}
+    for r in runs:
+        if r.get("kind") != "cold" or not r.get("cpu_s"):
+            continue
+        setup = (r.get("device"), r.get("threads"))
+        for side in (to, frm):
+            if all(want in (None, got) for want, got in zip(side, setup)):
+                shared = tuple(got if want is None else None for want, got in zip(side, setup))
+                pairs.setdefault((shared, r.get("chapter"), r.get("profile"), r.get("params")), {})[side] = float(r["cpu_s"])
+    use = [v for v in pairs.values() if len(v) == 2]
+    return sum(v[to] for v in use) / sum(v[frm] for v in use) if use else None
+
+
+def _setup_ratio(runs: Iterable[dict], to: Setup, frm: Setup) -> float:
+    """CPU seconds a run burns on setup ``to`` (device, threads) per CPU second of the same run on ``frm``.
 
     A second thread never halves the wall time, so a run at 2 threads burns more CPU seconds than
-    at 1 (on a 2-core AMD EPYC, 1.10-1.26x by chapter): costs recorded at one thread count
-    over- or under-charge a run at another. The ratio is fitted to pairs of cold records of one
-    chapter and parameters on one CPU at both thread counts (the latest of each), as a ratio of
-    their sums, on ``device`` when it has such pairs; 1.0 when no pair is recorded.
+    at 1 (on a 2-core AMD EPYC, 1.10-1.26x by chapter), and CPUs differ (up to 2x in this book's
+    log): costs recorded on one setup over- or under-charge a run on another. From the runs
+    recorded on both setups when there are any (:func:`_pair_ratio`); else as two steps, the
+    CPUs' ratio (at ``frm``'s thread count, else at any one), then the thread counts' (on ``to``'s
+    CPU, else on any one); a step with no pair recorded counts as 1.
     """
-    if threads == other:
+    runs = list(runs)
+    if to == frm:
         return 1.0
-    pairs: dict[tuple, dict[int, float]] = {}
-    for r in runs:
-        if r.get("kind") == "cold" and r.get("threads") in (threads, other) and r.get("cpu_s"):
-            key = (r.get("device"), r.get("chapter"), r.get("profile"), r.get("params"))
-            pairs.setdefault(key, {})[r["threads"]] = float(r["cpu_s"])
-    both = {k: v for k, v in pairs.items() if len(v) == 2}
-    use = [v for k, v in both.items() if k[0] == device] or list(both.values())
-    return sum(v[threads] for v in use) / sum(v[other] for v in use) if use else 1.0
+    direct = _pair_ratio(runs, to, frm)
+    if direct is not None:
+        return direct
+    cpu = 1.0 if to[0] == frm[0] else (_pair_ratio(runs, (to[0], frm[1]), frm)
+                                       or _pair_ratio(runs, (to[0], None), (frm[0], None)))
+    threads = 1.0 if to[1] == frm[1] else (_pair_ratio(runs, to, (to[0], frm[1]))
+                                           or _pair_ratio(runs, (None, to[1]), (None, frm[1])))
+    return (cpu or 1.0) * (threads or 1.0)
 
 
 def _speedup(runs: list[dict], threads: int, device: str | None = None) -> float | None:
@@ -258,8 +283,10 @@ def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str
     when there are any (:func:`_speedup`).
     Each model's training CPU seconds, and the run's own (its CPU time less its training), come
     from the records most like this run: on this device first, then at this thread count, then
-    the latest. A record at another thread count is converted to this one by the ratio fitted to
-    the log's runs recorded at both (:func:`_thread_ratio`).
+    the latest. A record made on another CPU or thread count is converted to this run's by the
+    ratio fitted to the log's runs recorded on both (:func:`_setup_ratio`). A model that only a
+    cold run trains (needed only to train another) counts in the cold cost, and in this run's
+    only when some model of the run is missing.
     Returns a dict: ``known`` (a recorded run with these parameters exists), ``models`` (m),
     ``cached`` (k of m in the cache now), ``cold_cpu_s``, ``this_cpu_s``, ``keys`` (the m cache keys),
     ``to_train`` (key -> CPU seconds of each one charged), ``speed`` (CPU per wall second), and the wall seconds of
@@ -282,30 +309,46 @@ def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str
     def rank(r: dict) -> tuple[bool, bool]:
         return (device is not None and r.get("device") == device, r.get("threads") == threads)
 
-    ratios: dict[Any, float] = {}
+    ratios: dict[Setup, float] = {}
 
     def scale(r: dict) -> float:
-        if r.get("threads") not in ratios:
-            ratios[r.get("threads")] = _thread_ratio(log, threads, r.get("threads"), device)
-        return ratios[r.get("threads")]
+        frm = (r.get("device"), r.get("threads"))
+        if frm not in ratios:
+            ratios[frm] = _setup_ratio(log, (device, threads), frm)
+        return ratios[frm]
 
     by_key, by_stage = _key_costs(runs, rank, scale)
     keys = last.get("keys") or {}
+    # Models the last cold run trained that the last run did not touch (it loaded the models they
+    # serve), when the last run's models are all among the cold run's (same keys, same code).
+    colds = [r for r in same if r.get("kind") == "cold"]
+    cold_keys = (colds[-1].get("keys") or {}) if colds else {}
+    nested = {k: e for k, e in cold_keys.items() if k not in keys} if set(keys) <= set(cold_keys) else {}
     stale = other_seed or (code is not None and last.get("code") not in (None, code))
     like = sorted(same, key=rank)[-1]  # the latest of the records most like this run (the sort is stable)
     rest = max(0.0, float(like["cpu_s"]) - float(like.get("train_cpu_s") or 0.0)) * scale(like)  # the run minus its training
     cold = this = rest
     cached = 0
     to_train: dict[str, float] = {}
+
+    def _model_cost(k: str, e: dict) -> float:
+        if k in by_key:
+            return by_key[k]
+        stage = by_stage.get(e.get("stage", "?"))  # never seen trained: the stage's mean
+        return sum(stage) / len(stage) if stage else 0.0
+
     for k, e in keys.items():
-        cost = by_key.get(k)
-        if cost is None:  # never seen trained: the stage's mean
-            stage = by_stage.get(e.get("stage", "?"))
-            cost = sum(stage) / len(stage) if stage else 0.0
+        cost = _model_cost(k, e)
         cold += cost
         if not stale and is_cached(k):
             cached += 1
         else:
+            this += cost
+            to_train[k] = round(cost, 1)
+    for k, e in nested.items():
+        cost = _model_cost(k, e)
+        cold += cost
+        if to_train and not (not stale and is_cached(k)):
             this += cost
             to_train[k] = round(cost, 1)
     speed = _speedup(runs, threads, device)
@@ -699,8 +742,15 @@ def _book_paragraph(rec: dict, chapters: dict[str, str], runs: list[dict] | None
         then = (f" The same book {how} at {o.get('threads')} thread{'s' if o.get('threads') != 1 else ''} "
                 f"each took {_minutes(o['wall_s'])} min wall and {_minutes(o['cpu_s'])} CPU-minutes "
                 f"({str(o.get('date'))[:10]}, same CPU).")
+    elsewhere = [r for r in runs or [] if r.get("kind") == "book" and r.get("profile") == rec.get("profile")
+                 and r.get("from_empty_cache") and r.get("device") != rec.get("device")]
+    if elsewhere:
+        e = elsewhere[-1]
+        then += (f" On another CPU the last cold book took {_minutes(e['wall_s'])} min wall and "
+                 f"{_minutes(e['cpu_s'])} CPU-minutes ({_machine(e)}, commit {str(e.get('commit') or '?')[:7]}).")
     return (f"**The whole book from an empty model cache**, in one `memlab book`: {_minutes(rec['wall_s'])} min "
-            f"wall and {_minutes(rec['cpu_s'])} CPU-minutes for its {len(rec['chapters'])} chapters "
+            f"wall and {_minutes(rec['cpu_s'])} CPU-minutes for its {len(rec['chapters'])} "
+            f"chapter{'s' if len(rec['chapters']) != 1 else ''} "
             f"({_machine(rec)}; the render after them not counted).{then} Per chapter, wall{beside}: "
             f"{'; '.join(parts)}. Each model is trained once, by the first chapter that needs it; the "
             "table's cold runs each started from an empty cache.")

@@ -6,9 +6,11 @@ notebook) and refresh at most every few seconds so executed notebooks stay small
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import Iterable
+import threading
+from typing import Iterable, Iterator
 
 from tqdm.std import tqdm
 
@@ -52,3 +54,23 @@ def progress(iterable: Iterable | None = None, total: int | None = None, desc: s
         return tqdm(iterable, total=total, desc=desc, file=sys.stderr, disable=hidden, leave=False, **kwargs)
     return _Relayed(iterable, total=total, desc=desc, file=sys.stderr, leave=False, show_here=not hidden,
                     **kwargs)
+
+
+@contextlib.contextmanager
+def ticking(bar: tqdm, every_s: float = 2.0) -> Iterator[tqdm]:
+    """Redraw ``bar`` every ``every_s`` seconds while the block runs, so its elapsed time moves
+    through a step that takes long (the first imports from a cold disk, a render) instead of
+    leaving the terminal silent."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, name="memlab-tick", daemon=True)
+    thread.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        thread.join()
