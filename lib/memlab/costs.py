@@ -14,7 +14,7 @@ Three parts, one per moment of a run:
    profile and parameters it knows every model the run needs (the cache keys of the last such
    run), which of them are cached now, what each costs to train, and the rest of the run's CPU
    time, from the records most like the run (same CPU, same thread count; others converted by
-   the ratio of runs recorded at both thread counts); wall time at the chosen threads comes from
+   the ratio of the runs recorded on both CPUs or thread counts); wall time at the chosen threads comes from
    recorded runs at that thread count. A run with a seed never run before is estimated from a
    run that differed only in its seed. :func:`backtest` checks the estimate against the log.
 """
@@ -348,7 +348,7 @@ def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str
     for k, e in nested.items():
         cost = _model_cost(k, e)
         cold += cost
-        if to_train and not (not stale and is_cached(k)):
+        if to_train and (stale or not is_cached(k)):
             this += cost
             to_train[k] = round(cost, 1)
     speed = _speedup(runs, threads, device)
