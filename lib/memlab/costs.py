@@ -331,14 +331,14 @@ def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str
     cached = 0
     to_train: dict[str, float] = {}
 
-    def _model_cost(k: str, e: dict) -> float:
+    def model_cost(k: str, e: dict) -> float:
         if k in by_key:
             return by_key[k]
         stage = by_stage.get(e.get("stage", "?"))  # never seen trained: the stage's mean
         return sum(stage) / len(stage) if stage else 0.0
 
     for k, e in keys.items():
-        cost = _model_cost(k, e)
+        cost = model_cost(k, e)
         cold += cost
         if not stale and is_cached(k):
             cached += 1
@@ -346,7 +346,7 @@ def estimate_from(log: list[dict], chapter: str, profile: str, hashes: tuple[str
             this += cost
             to_train[k] = round(cost, 1)
     for k, e in nested.items():
-        cost = _model_cost(k, e)
+        cost = model_cost(k, e)
         cold += cost
         if to_train and (stale or not is_cached(k)):
             this += cost
@@ -715,9 +715,14 @@ def book_cold_s(cold: list[dict]) -> tuple[float, float]:
     return wall, cpu
 
 
+def _cold_books(runs: list[dict], profile: str) -> list[dict]:
+    """The ``memlab book`` runs at ``profile`` that started from an empty model cache, oldest first."""
+    return [r for r in runs if r.get("kind") == "book" and r.get("profile") == profile and r.get("from_empty_cache")]
+
+
 def _latest_book(runs: list[dict], profile: str) -> dict | None:
     """The last ``memlab book`` run at ``profile`` that started from an empty model cache."""
-    books = [r for r in runs if r.get("kind") == "book" and r.get("profile") == profile and r.get("from_empty_cache")]
+    books = _cold_books(runs, profile)
     return books[-1] if books else None
 
 
@@ -732,8 +737,8 @@ def _book_paragraph(rec: dict, chapters: dict[str, str], runs: list[dict] | None
     jobs = rec.get("jobs") or 1
     beside = (f" ({jobs} at a time: each shared the cores with another, so the table below gives the "
               "chapters' cold runs alone)" if jobs > 1 else "")
-    other = [r for r in runs or [] if r.get("kind") == "book" and r.get("profile") == rec.get("profile")
-             and r.get("from_empty_cache") and r.get("device") == rec.get("device")
+    books = _cold_books(runs or [], rec.get("profile"))
+    other = [r for r in books if r.get("device") == rec.get("device")
              and ((r.get("jobs") or 1), r.get("threads")) != (jobs, rec.get("threads"))]
     then = ""
     if other:
@@ -742,8 +747,7 @@ def _book_paragraph(rec: dict, chapters: dict[str, str], runs: list[dict] | None
         then = (f" The same book {how} at {o.get('threads')} thread{'s' if o.get('threads') != 1 else ''} "
                 f"each took {_minutes(o['wall_s'])} min wall and {_minutes(o['cpu_s'])} CPU-minutes "
                 f"({str(o.get('date'))[:10]}, same CPU).")
-    elsewhere = [r for r in runs or [] if r.get("kind") == "book" and r.get("profile") == rec.get("profile")
-                 and r.get("from_empty_cache") and r.get("device") != rec.get("device")]
+    elsewhere = [r for r in books if r.get("device") != rec.get("device")]
     if elsewhere:
         e = elsewhere[-1]
         then += (f" On another CPU the last cold book took {_minutes(e['wall_s'])} min wall and "
