@@ -8,7 +8,9 @@ can always be traced to the machine and code that produced it.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any, Callable
 
 from memlab.results import provenance, write_json_atomic
 
@@ -26,3 +28,29 @@ def record(name: str, measurements: dict, wall_s: float) -> Path:
     write_json_atomic(path, {"benchmark": name, "measurements": measurements, "provenance": prov})
     print(f"wrote {path}")
     return path
+
+
+def best_of_interleaved(runs: dict[str, Callable[[], Any]], repeats: int) -> tuple[dict[str, float], dict[str, Any]]:
+    """Call every function of ``runs`` once per round for ``repeats`` rounds, so that all of them see
+    the same machine load; returns each one's least CPU seconds and its last result, by name."""
+    best, got = {name: float("inf") for name in runs}, {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.process_time()
+            got[name] = run()
+            best[name] = min(best[name], time.process_time() - start)
+    return best, got
+
+
+def record_same_results(name: str, config: dict, best: dict[str, float], same: bool, what: str,
+                        wall_s: float, **extra: Any) -> int:
+    """Record a reference ``loop`` and a ``fast`` path that must give identical results: their least
+    CPU seconds, the ratio, ``same`` and ``extra``; print one line naming ``what`` was computed.
+    Returns the exit status: 0 when the results are identical, 1 when they differ."""
+    ratio = best["loop"] / best["fast"]
+    m = {"config": config, "loop_cpu_s": round(best["loop"], 4), "fast_cpu_s": round(best["fast"], 4), **extra,
+         "speedup": round(ratio, 2), "results_identical": bool(same)}
+    print(f"{what}: loop {best['loop']:.3f} CPU-s, at once {best['fast']:.3f} CPU-s ({ratio:.1f}x); "
+          f"results {'identical' if same else 'DIFFER'}")
+    record(name, m, wall_s)
+    return 0 if same else 1

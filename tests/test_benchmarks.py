@@ -43,6 +43,20 @@ def test_qskew_benchmark_rejects_bad_thread_count(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_sama_benchmark_subsets_drawn_at_once_score_as_the_loop(tmp_path):
+    rec = _run("bench_sama.py", tmp_path, "--n", "12", "--length", "10", "--steps", "3", "--repeats", "1")
+    m = rec["measurements"]
+    assert m["results_identical"] is True and m["speedup"] > 0
+    assert m["config"] == {"n": 12, "length": 10, "steps": 3, "subset": 8, "subsets": 128, "repeats": 1}
+
+
+def test_kendall_benchmark_intervals_at_once_equal_the_loop(tmp_path):
+    rec = _run("bench_kendall.py", tmp_path, "--items", "9", "--pairs", "2", "--n-boot", "50", "--repeats", "1")
+    m = rec["measurements"]
+    assert m["results_identical"] is True and m["speedup"] > 0
+    assert m["config"] == {"items": 9, "pairs": 2, "n_boot": 50, "repeats": 1}
+
+
 def test_sde_benchmark_vectorised_equals_loop(tmp_path):
     rec = _run("bench_sde.py", tmp_path, "--n", "60", "--dim", "8", "--shuffles", "6", "--loop-shuffles", "3")
     m = rec["measurements"]

@@ -100,6 +100,34 @@ def test_kendall_tau_of_identical_and_reversed_rankings():
         lenses.kendall_ci([1, 2, np.nan], [2, 1, 0])
 
 
+def test_tau_b_rows_equals_scipy_row_by_row_with_ties_and_constants():
+    # The bootstrap intervals the book published were computed with scipy one resample at a time.
+    for seed in range(60):
+        g = np.random.default_rng(seed)
+        n = int(g.integers(3, 25))
+        x = g.integers(0, 4, n).astype(float) if seed % 2 else g.normal(size=n)
+        y = x.copy() if seed % 5 == 0 else (-x if seed % 7 == 0 else g.integers(0, 3, n).astype(float))
+        idx = g.integers(0, n, size=(40, n))
+        want = [lenses._tau_or_zero(x[i], y[i]) for i in idx]  # scipy.stats.kendalltau, NaN counted 0
+        np.testing.assert_array_equal(lenses.tau_b_rows(x[idx], y[idx]), want)
+
+
+def test_kendall_ci_equals_the_per_resample_bootstrap():
+    from memlab import metrics
+
+    g = np.random.default_rng(3)
+    x, y, z = g.normal(size=15), g.normal(size=15), g.integers(0, 3, 15).astype(float)
+    loop = metrics.bootstrap_ci(np.stack([x, y], 1), stat=lambda s: lenses._tau_or_zero(s[:, 0], s[:, 1]),
+                                n_boot=400, seed=2)
+    got = lenses.kendall_ci(x, y, n_boot=400, seed=2)
+    assert (got["low"], got["high"]) == loop
+    tau = lenses._tau_or_zero
+    diff = metrics.bootstrap_ci(np.stack([x, y, z], 1), n_boot=400, seed=2,
+                                stat=lambda s: tau(s[:, 0], s[:, 1]) - tau(s[:, 0], s[:, 2]))
+    got = lenses.kendall_diff_ci(x, y, z, n_boot=400, seed=2)
+    assert (got["low"], got["high"]) == diff
+
+
 def test_tau_matrix_is_symmetric_with_unit_diagonal_and_drops_unmeasured_items():
     f = pd.DataFrame({"a": [1, 2, 3, 4, 5.0], "b": [5, 4, 3, 2, 1.0], "c": [1, 2, np.nan, 4, 5.0],
                       "k": [1, 1, 1, 1, 1.0]})

@@ -257,3 +257,25 @@ def test_probe_scores_agree_with_direct_deltas():
         d = torch.cat(d).numpy()
         assert out["qskew"][i] == pytest.approx(mia.qskew(d), rel=1e-9)
         assert out["calibration"][i] == pytest.approx(d.mean(), rel=1e-9, abs=1e-12)
+
+
+@pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 33, 48, 300, 10_001])
+def test_choice_rows_replays_numpys_choice_bit_for_bit(m):
+    # SAMA's subsets, drawn at once, must be the ones the per-subset loop drew (published numbers).
+    for seed in range(20):
+        for s in {1, min(8, m), m if m < 50 else 20}:
+            a, b = np.random.default_rng(seed), np.random.default_rng(seed)
+            loop = np.stack([a.choice(m, size=s, replace=False) for _ in range(64)])
+            np.testing.assert_array_equal(mia.choice_rows(m, s, 64, b), loop)
+            assert a.bit_generator.state == b.bit_generator.state
+
+
+def test_choice_rows_are_subsets_without_repeats():
+    got = mia.choice_rows(20, 8, 500, np.random.default_rng(1))
+    assert got.shape == (500, 8) and got.min() >= 0 and got.max() < 20
+    assert all(len(set(row)) == 8 for row in got)
+    # every element is as likely as any other: 500 * 8 / 20 = 200 expected hits each
+    counts = np.bincount(got.ravel(), minlength=20)
+    assert counts.min() > 140 and counts.max() < 260
+    with pytest.raises(ValueError, match="subset_size"):
+        mia.choice_rows(5, 6, 1, np.random.default_rng(0))

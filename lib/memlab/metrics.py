@@ -111,11 +111,12 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 def bootstrap_ci(values, stat=np.mean, n_boot: int = 2000, seed: int = 0,
-                 level: float = 0.95) -> tuple[float, float]:
+                 level: float = 0.95, vectorized: bool = False) -> tuple[float, float]:
     """Percentile bootstrap interval of ``stat`` over the items of ``values`` (shape (n,) or (n, ...)).
 
     Resamples the first axis with replacement ``n_boot`` times with a fixed ``seed``, so the band a
-    chapter prints is reproducible; ``stat`` maps the resampled array to a number.
+    chapter prints is reproducible; ``stat`` maps the resampled array to a number, or, with
+    ``vectorized``, the stack of all resamples (n_boot, n, ...) to their (n_boot,) numbers at once.
     """
     a = np.asarray(values, dtype=float)
     if a.ndim == 0 or len(a) == 0:
@@ -124,7 +125,7 @@ def bootstrap_ci(values, stat=np.mean, n_boot: int = 2000, seed: int = 0,
         raise ValueError(f"bootstrap_ci: level must be in (0, 1) (got {level})")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(a), size=(n_boot, len(a)))
-    boots = np.array([stat(a[i]) for i in idx], dtype=float)
+    boots = np.asarray(stat(a[idx]), dtype=float) if vectorized else np.array([stat(a[i]) for i in idx], dtype=float)
     lo, hi = np.quantile(boots, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
 
