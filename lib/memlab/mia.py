@@ -198,7 +198,7 @@ def choice_rows(m: int, s: int, num: int, rng: np.random.Generator) -> np.ndarra
     """
     if not 0 <= s <= m:
         raise ValueError(f"parameter 'subset_size': must be in [0, {m}] (got {s})")
-    if m > FLOYD_MAX:  # numpy shuffles a full range instead: call it
+    if m > FLOYD_MAX:  # numpy may shuffle a full range instead (large s): call it
         return np.stack([rng.choice(m, size=s, replace=False) for _ in range(num)]).reshape(num, s)
     highs = np.r_[np.arange(m - s, m), np.arange(s - 1, 0, -1)].astype(np.int64)
     draws = rng.integers(0, np.tile(highs, num), endpoint=True, dtype=np.int64).reshape(num, highs.size)
