@@ -6,11 +6,19 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
+# Test files run side by side on up to 4 cores (pytest-xdist; MEMLAB_TEST_WORKERS=N chooses, 0 runs
+# them in this process). Each test file stays on one worker (--dist loadfile), so its module
+# fixtures (a trained model, a built bundle) are made once; every test of the smoke book, a session
+# fixture that runs each chapter, lives in tests/test_chapters.py for the same reason. Each worker
+# computes at one thread.
+workers=${MEMLAB_TEST_WORKERS:-$(.venv/bin/python -c 'from memlab.config import available_cores; print(min(4, available_cores()))')}
+parallel=(-n "$workers" --dist loadfile)
+if [ "$workers" -le 1 ]; then parallel=(-p no:xdist); fi
 # The AVX2 leg: the vision training and unlearning tests again with oneDNN and ATen capped at
 # AVX2, the path of AVX2-only CPUs (AMD EPYC, older Intel), whatever CPU runs the suite.
 # benchmarks/repro_onednn_channels_last.py shows the defect this leg guards against.
 echo "test: AVX2 leg (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)"
-ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m pytest -q -p no:cacheprovider \
+ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 .venv/bin/python -m pytest -q -p no:cacheprovider "${parallel[@]}" \
   tests/test_models_train_metrics.py tests/test_unlearning_methods.py tests/test_bn.py tests/test_bn_illusion.py
 # The ISA legs: every test that compares floats within a tolerance (tests/conftest.py marks them
 # float_tolerance) again under each CPU kernel set this machine has (scripts/cpu_isas.py: no vector
@@ -28,5 +36,5 @@ echo "test: course kit (tests/test_exercises.py: otter autograder proven both wa
 kit_start=$(date +%s)
 .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_exercises.py
 echo "test: course kit took $(( $(date +%s) - kit_start )) s"
-echo "test: full suite (native CPU path; tests/test_cpu_paths.py also runs the AVX2 path in subprocesses)"
-exec .venv/bin/python -m pytest tests --ignore=tests/test_exercises.py "$@"
+echo "test: full suite on $workers worker(s) (native CPU path; tests/test_cpu_paths.py also runs the AVX2 path in subprocesses)"
+exec .venv/bin/python -m pytest tests --ignore=tests/test_exercises.py "${parallel[@]}" "$@"

@@ -12,12 +12,16 @@ REPO = Path(__file__).resolve().parents[1]
 # Calls that compare floats within a tolerance: a test using one is marked `float_tolerance`, and
 # scripts/test.sh runs those tests again under every CPU kernel set (ISA) the machine has.
 _TOLERANCE_CALLS = ("approx(", "allclose(", "assert_close(", "isclose(")
+SMOKE_BOOK_FILE = "test_chapters.py"  # every test of the session's smoke book (smoke_project) lives here
 
 
 def pytest_collection_modifyitems(config, items):
     import inspect
 
     for item in items:
+        if "smoke_project" in getattr(item, "fixturenames", ()) and item.path.name != SMOKE_BOOK_FILE:
+            # scripts/test.sh gives each worker whole files: a second file would run the smoke book again
+            raise pytest.UsageError(f"{item.nodeid} uses the smoke book: move it to tests/{SMOKE_BOOK_FILE}")
         try:
             source = inspect.getsource(item.function)
         except (AttributeError, OSError, TypeError):

@@ -18,6 +18,7 @@ import pytest
 from memlab import book, cli
 from memlab.chapters import CHAPTERS
 from conftest import RUNNABLE, launch_chromium  # smoke_project: one smoke book per session (conftest)
+from test_pooling import check_signs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +39,24 @@ def test_chapter_runs_at_smoke_profile(smoke_project, chapter):
     assert {c["verdict"] for c in res["claims"]} <= set(VERDICTS)
     assert list((root / "book" / "figures" / chapter).glob("*.png")), "every chapter publishes figures"
     assert list((root / "book" / "figures" / chapter).glob("*.svg"))
+
+
+@pytest.mark.parametrize("chapter", RUNNABLE)
+def test_recorded_sign_agrees_with_the_verdict_at_smoke(smoke_project, chapter):
+    """Each margin claim's recorded sign agrees with its verdict (``test_pooling.check_signs``), and pooling
+    a seed with itself keeps that verdict (its band narrows by sqrt(2))."""
+    import json
+
+    from memlab import pooling
+    from memlab.paper import NOT_JUDGED
+
+    root, outcomes = smoke_project
+    assert outcomes[chapter] is None, outcomes[chapter]
+    rows = json.loads((root / "book" / "results" / f"{chapter}.json").read_text())["claims"]
+    assert not check_signs(chapter, rows)
+    for r in rows:
+        if pooling.margins_decide(r) and r["verdict"] != NOT_JUDGED:
+            assert pooling.pool_rows([r, r])["verdict"] == r["verdict"], r["key"]
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The cost ledger, the book's cost log and the estimate `memlab run` prints before any work."""
 
 import json
+import re
 
 import pytest
 
@@ -243,15 +244,38 @@ def test_the_cost_page_shows_the_last_cold_and_warm_run_of_every_chapter(tmp_pat
                  estimate_cpu_s=66.0)
     runs = costs.read_log(tmp_path)
     page = costs.page_markdown(runs, {"a": "Chapter A", "b": "Chapter B"})
-    rows = [line for line in page.splitlines() if line.startswith("| 1. ") or line.startswith("| 2. ")]
-    assert rows == ["| 1. Chapter A | 5.3 / 10 | 2 | 0.8 / 1.0 | 0.0 | 1.1 vs 1.0 |",
-                    "| 2. Chapter B | no recorded run yet | | | | |"]
-    assert "## Profile `cpu`" in page and "Measured on: 1. X, 2 threads, 2026-12-01 (cold)" in page
+    rows = _cost_rows(page)
+    assert rows == [["1. Chapter A", "5.3 / 10", "2", "0.8 / 1.0", "0.0", "1.1 vs 1.0"],
+                    ["2. Chapter B", "no recorded run yet"]]
+    labels = re.findall(r'<td class="card-short" data-label="([^"]+)">', page)
+    assert labels == list(costs.COST_COLUMNS), "on a phone each number is a card line under its column's name"
+    assert "## Profile `cpu`" in page
+    assert "- X, 2 threads: the cold run of chapter 1; the warm run of chapter 1 (2026-12-01)" in page
     assert "No run has recorded" in costs.page_markdown([], {"a": "Chapter A"})
     summary = costs.summary_markdown(runs, {"a": "Chapter A", "b": "Chapter B"})
     assert summary.startswith("Measured cold (empty model cache) at `cpu`: the chapters took 5.3 minutes wall "
                               "and 10 CPU-minutes in all (1 of 2 chapters recorded), at 2 thread(s)")
     assert "No cold run" in costs.summary_markdown([], {"a": "Chapter A"})
+
+
+def _cost_rows(page: str) -> list[list[str]]:
+    """The cost table's body rows as cell texts (the page's HTML table)."""
+    body = page[page.index("<tbody>"):page.index("</tbody>")]
+    return [[re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", row)]
+            for row in re.findall(r"<tr>(.*?)</tr>", body)]
+
+
+def test_the_cost_page_groups_its_runs_by_machine(tmp_path):
+    """Each machine and thread count is named once, with the chapters' cold and warm runs made there."""
+    costs.record(tmp_path, _payload(chapter="a"), wall_s=60.0)
+    costs.record(tmp_path, _payload(chapter="b"), wall_s=60.0)
+    warm = _payload(chapter="a", train=0.0, keys={"k1": {"stage": "s", "trained": False}}, threads=1)
+    warm["provenance"].update(device="cpu (Y, AVX2)", date="2026-12-03T00:00:00+00:00")
+    costs.record(tmp_path, warm, wall_s=30.0)
+    page = costs.page_markdown(costs.read_log(tmp_path), {"a": "A", "b": "B"})
+    assert "- X, 2 threads: cold runs of chapters 1, 2 (2026-12-01)" in page
+    assert "- Y, AVX2, 1 thread: the warm run of chapter 1 (2026-12-03)" in page
+    assert page.count("X, 2 threads") == 1
 
 
 def test_the_book_total_counts_each_shared_model_once():
@@ -376,7 +400,7 @@ def test_a_book_run_is_recorded_whole_and_the_pages_report_it(tmp_path):
     assert ("**The whole book from an empty model cache**, in one `memlab book`: 6.7 min wall and 12 CPU-minutes "
             "for its 2 chapters") in page
     assert "Per chapter, wall: 1. 5.3 min; 2. 1.2 min, 1 of its models loaded from earlier chapters." in page
-    assert page.index("The whole book") < page.index("| Chapter |")  # the book first, then its chapters
+    assert page.index("The whole book") < page.index("<table")  # the book first, then its chapters
     assert "On another CPU" not in page
     elsewhere = costs.record_book(tmp_path, "cpu", 500.0, [dict(a, device="cpu (Y)")])  # a later book on Y
     page = costs.page_markdown(costs.read_log(tmp_path), titles)

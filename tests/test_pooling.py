@@ -251,22 +251,6 @@ def check_signs(chapter: str, rows: list[dict]) -> list[str]:
     return bad
 
 
-from conftest import RUNNABLE  # noqa: E402 - smoke_project: the session's smoke book (conftest)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("chapter", RUNNABLE)
-def test_recorded_sign_agrees_with_the_verdict_at_smoke(smoke_project, chapter):  # noqa: F811
-    root, outcomes = smoke_project
-    assert outcomes[chapter] is None, outcomes[chapter]
-    rows = json.loads((root / "book" / "results" / f"{chapter}.json").read_text())["claims"]
-    assert not check_signs(chapter, rows)
-    # pooling a seed with itself keeps each margin claim's verdict (its band narrows by sqrt(2))
-    for r in rows:
-        if pooling.margins_decide(r) and r["verdict"] != NOT_JUDGED:
-            assert pooling.pool_rows([r, r])["verdict"] == r["verdict"], r["key"]
-
-
 def test_counts_in_words_never_read_zero_of_zero():
     from memlab.paper import NOT_RUN, OUTSIDE_REGIME
 

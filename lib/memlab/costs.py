@@ -602,26 +602,14 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
         lines.append("No run has recorded its cost in this book yet.")
     for profile in profiles:
         whole = _latest_book(runs, profile)
-        lines += [f"## Profile `{profile}`", "", *([_book_paragraph(whole, chapters, runs), ""] if whole else []),
-                  "| Chapter | Cold: wall / CPU (min) | Models trained | Warm: wall / CPU (min) "
-                  "| Peak memory (GB) | Estimate vs CPU (min) |",
-                  "|---|---|---|---|---|---|"]
-        machines = []
+        lines += [f"## Profile `{profile}`", "", *([_book_paragraph(whole, chapters, runs), ""] if whole else [])]
+        rows, measured = [], []
         for i, (cid, title) in enumerate(chapters.items(), 1):
             cold = _latest(runs, cid, profile, ("cold",))
             warm = _latest(runs, cid, profile, ("warm",))
-            if cold is None and warm is None:
-                lines.append(f"| {i}. {title} | no recorded run yet | | | | |")
-                continue
-            peak = max((r.get("peak_memory_mb") or 0) for r in (cold, warm) if r is not None)
-            last = warm or cold
-            est = last.get("estimate_cpu_s")
-            est_text = "\u2013" if est is None else f"{_cell_min(est)} vs {_cell_min(last['cpu_s'])}"
-            trained = "\u2013" if cold is None else str(cold.get("trained"))
-            lines.append(f"| {i}. {title} | {_pair(cold)} | {trained} | {_pair(warm)} | {peak / 1024:.1f} "
-                         f"| {est_text} |")
-            machines += [f"{i}. {_machine(r)} ({r['kind']})" for r in (cold, warm) if r is not None]
-        lines += ["", "Measured on: " + "; ".join(machines) + "." if machines else "", ""]
+            measured += [(i, r) for r in (cold, warm) if r is not None]
+            rows.append(_cost_row(i, title, cold, warm))
+        lines += [_cost_table(rows), "", *_machines_list(measured), ""]
         check = backtest_sentence(runs, profile)
         lines += [check, ""] if check else []
     lines += ["\u2013 marks a kind of run not yet recorded. Wall time depends on the machine and on what else it runs; CPU time is the kernel's own "
@@ -629,6 +617,57 @@ def page_markdown(runs: list[dict], chapters: dict[str, str]) -> str:
               "`memlab run` predicted before the last run, beside what that run measured. A run that "
               "trained some models and loaded others is kept in the log but not shown here."]
     return "\n".join(lines) + "\n"
+
+
+COST_COLUMNS = ("Cold: wall / CPU (min)", "Models trained", "Warm: wall / CPU (min)", "Peak memory (GB)",
+                "Estimate vs CPU (min)")
+
+
+def _cost_row(i: int, title: str, cold: dict | None, warm: dict | None) -> str:
+    """One chapter's row of the cost table (HTML): the last cold and warm run, each cell labelled by
+    its column, so that on a phone the row reads as a card (``table.memlab-cards``, memlab.css)."""
+    from html import escape
+
+    head = f'<td class="card-title" data-label="Chapter"><strong>{i}. {escape(title)}</strong></td>'
+    if cold is None and warm is None:
+        return f'<tr>{head}<td class="card-direction" colspan="{len(COST_COLUMNS)}">no recorded run yet</td></tr>'
+    peak = max((r.get("peak_memory_mb") or 0) for r in (cold, warm) if r is not None)
+    last = warm or cold
+    est = last.get("estimate_cpu_s")
+    cells = [_pair(cold), "\u2013" if cold is None else str(cold.get("trained")), _pair(warm), f"{peak / 1024:.1f}",
+             "\u2013" if est is None else f"{_cell_min(est)} vs {_cell_min(last['cpu_s'])}"]
+    return "<tr>" + head + "".join(f'<td class="card-short" data-label="{escape(c)}">{escape(v)}</td>'
+                                   for c, v in zip(COST_COLUMNS, cells)) + "</tr>"
+
+
+def _cost_table(rows: list[str]) -> str:
+    head = "".join(f"<th>{h}</th>" for h in ("Chapter", *COST_COLUMNS))
+    return (f'<div class="memlab-cards-wrap"><table class="memlab-cards memlab-costs"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table></div>')
+
+
+def _machines_list(measured: list[tuple[int, dict]]) -> list[str]:
+    """Where the table's runs were measured, one bullet per machine and thread count (markdown lines).
+
+    ``measured``: (chapter number, cold or warm record). Each bullet names the CPU and threads once,
+    then which chapters' cold and warm runs ran there and when.
+    """
+    if not measured:
+        return []
+    by: dict[str, dict[str, list]] = {}
+    for i, r in measured:
+        device = str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
+        t = r.get("threads")
+        where = by.setdefault(f"{device}, {t} thread{'s' if t != 1 else ''}", {"cold": [], "warm": [], "dates": []})
+        where[r["kind"]].append(str(i))
+        where["dates"].append(str(r.get("date"))[:10])
+    out = ["Measured on:", ""]
+    for machine, w in by.items():
+        runs = "; ".join(f"{kind} runs of chapters {', '.join(w[kind])}" if len(w[kind]) > 1
+                         else f"the {kind} run of chapter {w[kind][0]}" for kind in ("cold", "warm") if w[kind])
+        first, last = min(w["dates"]), max(w["dates"])
+        out.append(f"- {machine}: {runs} ({first if first == last else f'{first} to {last}'})")
+    return out
 
 
 def _trained_stages(r: dict) -> list[tuple[str, int, float]]:
