@@ -10,7 +10,8 @@ export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
 # them in this process). Each test file stays on one worker (--dist loadfile), so its module
 # fixtures (a trained model, a built bundle) are made once; every test of the smoke book, a session
 # fixture that runs each chapter, lives in tests/test_chapters.py for the same reason. Each worker
-# computes at one thread.
+# computes at one thread. (Not --dist loadgroup: pytest-xdist 3.8 drops its groups under pytest 9.2,
+# whose node ids it can no longer rewrite, and deals the tests out one by one.)
 workers=${MEMLAB_TEST_WORKERS:-$(.venv/bin/python -c 'from memlab.config import available_cores; print(min(4, available_cores()))')}
 parallel=(-n "$workers" --dist loadfile)
 if [ "$workers" -le 1 ]; then parallel=(-p no:xdist); fi

@@ -570,8 +570,13 @@ def _pair(r: dict | None) -> str:
     return "\u2013" if r is None else f"{_cell_min(r.get('wall_s'))} / {_cell_min(r.get('cpu_s'))}"
 
 
+def _device(r: dict) -> str:
+    """A record's CPU as the cost page names it: "AMD EPYC, AVX2" (its ``device`` without "cpu (...)")."""
+    return str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
+
+
 def _machine(r: dict) -> str:
-    device = str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
+    device = _device(r)
     jobs = r.get("jobs") or 1  # a book run with several chapters at once
     at_once = f" each, {jobs} chapters at a time" if jobs > 1 else ""
     return (f"{device}, {r.get('threads')} thread{'s' if r.get('threads') != 1 else ''}{at_once}, "
@@ -656,9 +661,8 @@ def _machines_list(measured: list[tuple[int, dict]]) -> list[str]:
         return []
     by: dict[str, dict[str, list]] = {}
     for i, r in measured:
-        device = str(r.get("device") or "?").removeprefix("cpu (").removesuffix(")")
         t = r.get("threads")
-        where = by.setdefault(f"{device}, {t} thread{'s' if t != 1 else ''}", {"cold": [], "warm": [], "dates": []})
+        where = by.setdefault(f"{_device(r)}, {t} thread{'s' if t != 1 else ''}", {"cold": [], "warm": [], "dates": []})
         where[r["kind"]].append(str(i))
         where["dates"].append(str(r.get("date"))[:10])
     out = ["Measured on:", ""]
