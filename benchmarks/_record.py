@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from memlab.results import provenance, write_json_atomic
+from memlab.core.results import provenance, write_json_atomic
 
 
 def results_dir() -> Path:

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab.chapters import CHAPTERS  # noqa: E402
+from memlab.core.chapters import CHAPTERS  # noqa: E402
 
 
 def cold_run(chapter: str, profile: str, threads: int, params: list[str], scratch: Path,

@@ -5,12 +5,12 @@ so decoding dominates the chapter's evaluation time. In one process this script
 builds the small Qwen2 of a profile (random weights: speed does not depend on
 them), decodes the same left-padded batch of prompts with
 
-1. ``memlab.canaries.greedy_generate`` (a plain KV-cached loop), and
+1. ``memlab.science.canaries.greedy_generate`` (a plain KV-cached loop), and
 2. ``model.generate(do_sample=False)``,
 
 checks that both return the same tokens, and prints their wall times and ratio,
 once per requested torch thread count. Then it times the LoRA memorisation step
-(``memlab.lm.train_lm`` on a rank ``lora_rank`` adapter, the profile's batch size,
+(``memlab.models.lm.train_lm`` on a rank ``lora_rank`` adapter, the profile's batch size,
 sequences of the audit's length), in rounds that alternate the thread counts, so
 a change of load hits them alike; it reports each count's median step time and
 its ratio to the first.
@@ -29,8 +29,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab import canaries, config, lm  # noqa: E402
+from memlab.core import config  # noqa: E402
+from memlab.models import lm  # noqa: E402
 from memlab.models import qwen_small as Q  # noqa: E402
+from memlab.science import canaries  # noqa: E402
 
 
 def main() -> None:

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab import config  # noqa: E402
+from memlab.core import config  # noqa: E402
 from memlab.data.synthetic import uniform_tokens  # noqa: E402
 from memlab.models import gpt2_small as g2  # noqa: E402
 from memlab.models import gpt2_stacked as st  # noqa: E402

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab import train  # noqa: E402
+from memlab.models import train  # noqa: E402
 from memlab.models.resnet import resnet18  # noqa: E402
 
 KEEP_AT = 1.15  # the issue's bar for the chapter, compile time included
@@ -127,7 +127,7 @@ def _gpt2_stacked(compiled: bool, size: str = "2x16", models: int = 4, batch: in
 
 def _qwen_small(compiled: bool, batch: int = 16, length: int = 128):
     """Chapter 3's base pre-training step: a 2 x 128 Qwen2 over a 2,048-token vocabulary, 16 x 128 tokens."""
-    from memlab import lm
+    from memlab.models import lm
     from memlab.models import qwen_small as Q
 
     torch.manual_seed(0)

@@ -5,13 +5,13 @@ all three reached their limit: three processes time-share the GPU, and every tra
 at about 28 steps/s whatever its size. This script measures, one loop at a time on the run's
 device, what each part's loops cost, so the parts can be sized from measurements:
 
-* chapter 1 and 2's ResNet-18 (width 64) training step through :func:`memlab.train.train_classifier`,
+* chapter 1 and 2's ResNet-18 (width 64) training step through :func:`memlab.models.train.train_classifier`,
   BatchNorm at batch 256 and 128 and GroupNorm at 256, with the deterministic kernels
-  :func:`memlab.config.seed_everything` asks for and without them (cuDNN autotuning);
+  :func:`memlab.core.config.seed_everything` asks for and without them (cuDNN autotuning);
 * inference over CIFAR-10's 50,000 training images (what every evaluation and recalibration pass costs);
 * chapter 5's stacked GPT-2 step (:func:`memlab.models.gpt2_stacked.train_stacked`) for each model
   of the part, five data sets at once, V = 2048, S = 64, batch 512, bf16 (and fp32 for one);
-* chapter 2's split-half shuffles (:func:`memlab.sde.shuffle_products`) and MMD on the device.
+* chapter 2's split-half shuffles (:func:`memlab.science.sde.shuffle_products`) and MMD on the device.
 
 Records ``benchmarks/results/gpu.json``. ``--toy`` runs every measurement at tiny sizes on any
 device (what the tests run).
@@ -31,12 +31,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab import config, sde  # noqa: E402
+from memlab.core import config  # noqa: E402
 from memlab.data.synthetic import uniform_tokens  # noqa: E402
 from memlab.models import gpt2_small as g2  # noqa: E402
 from memlab.models import gpt2_stacked as st  # noqa: E402
 from memlab.models.resnet import resnet18  # noqa: E402
-from memlab.train import predict_logits, train_classifier  # noqa: E402
+from memlab.models.train import predict_logits, train_classifier  # noqa: E402
+from memlab.science import sde  # noqa: E402
 
 
 def _sync() -> None:

@@ -3,7 +3,7 @@
 Chapter 6 puts a bootstrap interval (2000 resamples) on Kendall's tau between every pair of
 its lenses. One ``scipy.stats.kendalltau`` call per resample (which also computes an exact
 p-value the interval never reads) made these intervals 12 % of a warm chapter 6 (py-spy, cpu
-profile). ``memlab.lenses.tau_b_rows`` computes scipy's tau-b for every resample at once from
+profile). ``memlab.science.lenses.tau_b_rows`` computes scipy's tau-b for every resample at once from
 the same integer counts and the same float expression, so the intervals are bit for bit the
 loop's.
 
@@ -26,7 +26,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import best_of_interleaved, record_same_results  # noqa: E402
 
-from memlab import lenses, metrics  # noqa: E402
+from memlab.science import lenses, metrics  # noqa: E402
 
 
 def loop_ci(x: np.ndarray, y: np.ndarray, n_boot: int) -> tuple[float, float]:

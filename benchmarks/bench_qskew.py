@@ -1,6 +1,6 @@
 """Benchmark: batched cyclic-mask scoring vs one mask pattern per forward pass.
 
-Scores the same sequences with Q-Skew twice, once through ``memlab.mia.model_view``
+Scores the same sequences with Q-Skew twice, once through ``memlab.science.mia.model_view``
 (all R * ceil(L / round(rho L)) cyclic patterns of all sequences batched) and once with a
 loop that runs the target and the reference on one masked copy at a time, both
 through ``memlab.models.diffusion_lm.masked_nll``. For each requested torch
@@ -32,8 +32,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab import mia  # noqa: E402
 from memlab.models import diffusion_lm as dlm  # noqa: E402
+from memlab.science import mia  # noqa: E402
 
 TARGET = 5.0
 TOLERANCE = 1e-4  # float32 sums over a different number of rows may differ in the last bits

@@ -1,9 +1,9 @@
 """Benchmark: SAMA's random subsets drawn at once vs one ``rng.choice`` per subset (chapter 4).
 
-SAMA (``memlab.mia.sama_score``) votes on 128 random token subsets per masking step, per
+SAMA (``memlab.science.mia.sama_score``) votes on 128 random token subsets per masking step, per
 sequence, per scored model. Drawn one ``Generator.choice`` call at a time, numpy's per-call
 overhead made this loop 17 % of chapter 4's CPU time at the ``cpu`` profile (cProfile of a
-cold run: 266 of 1564 s). ``memlab.mia.choice_rows`` replays the same draws from one
+cold run: 266 of 1564 s). ``memlab.science.mia.choice_rows`` replays the same draws from one
 bounded-integer call, so the subsets, and every score, are bit for bit the loop's.
 
 This script scores synthetic sequences shaped like the chapter's (``--n`` sequences of
@@ -27,9 +27,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import best_of_interleaved, record_same_results  # noqa: E402
 
-from memlab import mia  # noqa: E402
+from memlab.science import mia  # noqa: E402
 
-SUBSET, SUBSETS = 8, 128  # memlab.mia.compute_scores's defaults (sama_subset, sama_subsets)
+SUBSET, SUBSETS = 8, 128  # memlab.science.mia.compute_scores's defaults (sama_subset, sama_subsets)
 
 
 def loop_vote(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.random.Generator) -> float:
@@ -56,7 +56,7 @@ def nested_nll(n: int, length: int, steps: int, seed: int) -> tuple[np.ndarray, 
 
 
 def score_all(t: np.ndarray, r: np.ndarray, seed: int, vote) -> tuple[np.ndarray, dict]:
-    """SAMA of every sequence with ``vote`` as ``memlab.mia.sama_vote``; the scores and the generator's end state."""
+    """SAMA of every sequence with ``vote`` as ``memlab.science.mia.sama_vote``; the scores and the generator's end state."""
     library_vote, mia.sama_vote = mia.sama_vote, vote
     try:
         rng = np.random.default_rng(seed)

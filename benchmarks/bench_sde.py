@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab.sde import split_half_dependence, split_half_dependence_loop  # noqa: E402
+from memlab.science.sde import split_half_dependence, split_half_dependence_loop  # noqa: E402
 
 
 def timed(fn, *args, **kwargs):

@@ -42,7 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record  # noqa: E402
 
-from memlab.chapters import CHAPTERS  # noqa: E402
+from memlab.core.chapters import CHAPTERS  # noqa: E402
 
 MEMLAB = [sys.executable, "-m", "memlab.cli"]
 

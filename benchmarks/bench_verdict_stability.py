@@ -8,7 +8,7 @@ For each chapter named, in one invocation on one machine:
    ``--isa avx2`` sets ``ATEN_CPU_CAPABILITY=avx2`` and ``ONEDNN_MAX_CPU_ISA=AVX2`` (an AVX-512
    machine then runs AVX2 kernels), ``--threads N`` another thread count, and a fresh model cache
    (``<out>/cache``), so every model is trained again under the changed kernels;
-3. compare the two sweeps verdict by verdict (:func:`memlab.stability.compare_summaries`): how many
+3. compare the two sweeps verdict by verdict (:func:`memlab.report.stability.compare_summaries`): how many
    single-seed verdicts flipped, how many pooled verdicts flipped, and why each pooled flip's band
    missed it.
 
@@ -36,10 +36,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _record import record, results_dir  # noqa: E402
 
-from memlab import robustness, stability, sweep  # noqa: E402
-from memlab.chapters import CHAPTERS  # noqa: E402
-from memlab.config import repo_root  # noqa: E402
-from memlab.results import chapter_code  # noqa: E402
+from memlab.core.chapters import CHAPTERS  # noqa: E402
+from memlab.core.config import repo_root  # noqa: E402
+from memlab.core.results import chapter_code  # noqa: E402
+from memlab.report import (  # noqa: E402
+    robustness,
+    stability,
+    sweep_summary,  # noqa: E402
+)
+from memlab.run import sweep  # noqa: E402
 
 MEMLAB = [sys.executable, "-m", "memlab.cli"]
 ISAS = {"avx2": "AVX2", "avx512": "AVX512_CORE"}  # ATEN_CPU_CAPABILITY -> ONEDNN_MAX_CPU_ISA
@@ -124,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             for c, s in pubs.items()]
     entries = []
     for d in [*dirs, *(args.compare_only or [])]:
-        new = sweep.write_summary(d)
+        new = sweep_summary.write_summary(d)
         old = pubs.get(new["chapter"]) or published(new["chapter"], book, new.get("profile"))
         entry = stability.compare_summaries(old, new)
         if (entry["a"]["isa"], entry["a"]["threads"]) == (entry["b"]["isa"], entry["b"]["threads"]):

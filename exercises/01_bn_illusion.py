@@ -32,7 +32,7 @@
 # unlearning method that runs forward passes in train mode changes those statistics without
 # changing a weight; forget accuracy measured with stale or skewed statistics can then look
 # like forgetting that is not there. The audit *recalibrates* the statistics on retain data
-# (`memlab.bn.recalibrate`) and measures again. You rebuild the operator, the misalignment
+# (`memlab.science.bn.recalibrate`) and measures again. You rebuild the operator, the misalignment
 # diagnostic and the illusion itself on a tiny network that trains in a second.
 #
 # | # | exercise | level | graded | time |
@@ -51,7 +51,7 @@ import copy
 import torch
 from torch import nn
 
-from memlab import bn, metrics
+from memlab.science import bn, metrics
 
 torch.set_num_threads(1)
 SEED = 0  # per-student: your instructor may give you another seed
@@ -375,7 +375,7 @@ assert forget_accuracy_pre_post(_e)[0] > 0.9
 # %%
 import json
 
-from memlab.exercises import runs_dir
+from memlab.course.exercises import runs_dir
 
 RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 print(f"memlab run 01_bn_illusion --profile smoke -p forget_class {FORGET_CLASS} "

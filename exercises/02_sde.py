@@ -31,7 +31,7 @@
 # SDE asks whether a subset of samples was trained on by measuring how *dependent* two
 # random halves of the subset's model outputs are, with the Hilbert-Schmidt independence
 # criterion (HSIC), and comparing that dependence distribution with two references. You
-# rebuild each piece by hand and check it against `memlab.sde`.
+# rebuild each piece by hand and check it against `memlab.science.sde`.
 #
 # | # | exercise | level | graded | time |
 # |---|---|---|---|---|
@@ -46,7 +46,7 @@
 # %%
 import numpy as np
 
-from memlab import sde
+from memlab.science import sde
 
 SEED = 0  # per-student: your instructor may give you another seed
 STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
@@ -318,7 +318,7 @@ assert decide_by_hand(h_in + 10.0, h_in, h_out) is False
 # %%
 import json
 
-from memlab.exercises import runs_dir
+from memlab.course.exercises import runs_dir
 
 RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 for feature, run_dir in (("penultimate", RUNS / "ex02"), ("logits", RUNS / "ex02-logits")):

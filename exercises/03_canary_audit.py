@@ -52,8 +52,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from memlab import canaries, lm
-from memlab.unlearning import npo
+from memlab.models import lm
+from memlab.science import canaries
+from memlab.science.unlearning import npo
 
 torch.set_num_threads(1)
 SEED = 0  # per-student: your instructor may give you another seed
@@ -387,7 +388,7 @@ assert torch.allclose(npo_grad_by_hand(ref_logp, ref_logp, 0.3), torch.full((4,)
 # %%
 import json
 
-from memlab.exercises import runs_dir
+from memlab.course.exercises import runs_dir
 
 RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 print(f"memlab run 03_canary_audit --profile smoke --book-dir {RUNS / 'ex03'}")

@@ -48,7 +48,7 @@
 # %%
 import numpy as np
 
-from memlab import metrics, mia
+from memlab.science import metrics, mia
 
 SEED = 0  # per-student: your instructor may give you another seed
 STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
@@ -290,7 +290,7 @@ assert abs(auc["qskew"] - _q) < 1e-12 and abs(auc["mean"] - _m) < 1e-12
 # %%
 import json
 
-from memlab.exercises import runs_dir
+from memlab.course.exercises import runs_dir
 
 RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 print(f"memlab run 04_qskew --profile smoke --book-dir {RUNS / 'ex04'}")

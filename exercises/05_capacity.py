@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-from memlab import capacity, metrics
+from memlab.science import capacity, metrics
 
 SEED = 0  # per-student: your instructor may give you another seed
 STUDENT = ""  # per-student: your id from your instructor (empty: your login name)
@@ -306,7 +306,7 @@ assert capacity.expected_memorization(_c, _h(2 * _n)) == _c
 # %%
 import json
 
-from memlab.exercises import runs_dir
+from memlab.course.exercises import runs_dir
 
 RUNS = runs_dir(STUDENT)  # your own folder for runs: students sharing a server never share it
 for s in (0, 1):

@@ -54,8 +54,9 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import bn, pagekit, paper, plotting
 from memlab.experiments import ch01_bn_illusion as ch
+from memlab.report import pagekit, paper, plotting
+from memlab.science import bn
 
 warnings.filterwarnings("ignore", category=UserWarning)
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter package
@@ -140,7 +141,7 @@ display(
 # %% [markdown]
 # ## The recalibration operator
 #
-# `memlab.bn.recalibrate(model, images, batch_size=128)` returns a copy whose BN running
+# `memlab.science.bn.recalibrate(model, images, batch_size=128)` returns a copy whose BN running
 # statistics are re-estimated on `images`. It wraps `update_bn`: train mode, gradients off,
 # and a cumulative average over the batches. Its properties are unit-tested
 # (`tests/test_bn.py`): weights are bitwise unchanged, it is idempotent for a fixed batch
@@ -183,7 +184,7 @@ display(
 # incompetent-teacher-only variant, UNSIR-style noise injection {cite}`tarun2023unsir`, selective
 # synaptic dampening (SSD) {cite}`foster2024ssd`, and projected-gradient unlearning (PGU)
 # {cite}`hoang2024pgu` in the paper's cleaner-covariance reading. Each module in
-# `memlab/unlearning/` documents its hyperparameters. The table `HPARAMS` of
+# `memlab/science/unlearning/` documents its hyperparameters. The table `HPARAMS` of
 # `memlab.experiments.ch01_bn_illusion.spec` holds the values each profile sets, and the `paper`
 # profile uses the reference defaults.
 #

@@ -34,7 +34,7 @@
 # This chapter re-runs the paper's three tables — the controlled experiment with retrained
 # models, the comparison with distribution distances, and the evaluation of five unlearning
 # methods — plus its ablations, on CIFAR-10 with a ResNet-18 {cite}`he2016resnet`. The
-# statistic lives in `memlab.sde`, the orchestration in `memlab.experiments.ch02_sde`.
+# statistic lives in `memlab.science.sde`, the orchestration in `memlab.experiments.ch02_sde`.
 #
 # **The statistic.** For paired samples $x_i, y_i$ ($i = 1..n$) with Gaussian RBF Gram
 # matrices $K_{ij} = \exp(-\lVert x_i - x_j\rVert^2 / 2\sigma^2)$, $L$ likewise, and the
@@ -66,8 +66,9 @@ import time
 import numpy as np
 from IPython.display import Markdown, display
 
-from memlab import pagekit, paper, plotting, sde
 from memlab.experiments import ch02_sde as ch
+from memlab.report import pagekit, paper, plotting
+from memlab.science import sde
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter package
 cfg, run = pagekit.start(CH, profile, params)
@@ -81,7 +82,7 @@ cfg, run = pagekit.start(CH, profile, params)
 # (stem width 8), the training set 600 images per class and training 10 epochs, so that
 # the four trained models (three for paper Table 1, one original for paper Table 3) fit the chapter's
 # budget on two CPU cores. An epoch's trailing partial batch is merged into the one before
-# it (`memlab.train`), so no step is taken on a handful of images. The tables below say
+# it (`memlab.models.train`), so no step is taken on a handful of images. The tables below say
 # which sizes were used.
 
 # %%
@@ -131,7 +132,7 @@ display(regime.round(2).rename_axis("Original model (paper Table 3 proxies)"))
 # and 40 steps (the grid's stronger point; 0.003 was the other), Sparsity 54.9%.
 # A method that still breaks the rule is flagged in the table, and the Unroll claim is
 # not judged if Unroll does not keep accuracy. The last column re-estimates the BN
-# statistics on the retain set (`memlab.bn.recalibrate`): a collapse that recalibration
+# statistics on the retain set (`memlab.science.bn.recalibrate`): a collapse that recalibration
 # undoes is a BatchNorm artifact, not damage to the weights.
 
 # %%
@@ -336,7 +337,7 @@ display(sensitivity.map(lambda v: round(v, 2) if isinstance(v, float) else v))
 #
 # where $\bar K$ is the mean kernel value: the mean of SDE's dependence distribution is a
 # product of the two halves' *spreads* (how far apart their outputs lie relative to
-# $\sigma$), with no dependence term. `memlab.sde.shuffle_mean` computes it; the unit tests
+# $\sigma$), with no dependence term. `memlab.science.sde.shuffle_mean` computes it; the unit tests
 # check it to $10^{-10}$ against all $6! = 720$ re-orderings of a small case. Below, on
 # every subset of the main setting (Retrain model, default outputs), the measured mean over
 # 200 shuffles against the identity, and against the subset's kernel spread
@@ -392,9 +393,9 @@ display(ch.variant_table(cfg, main).round(2))
 # ## Applying SDE to your own model
 #
 # The test needs only model outputs for three equal-size subsets: the target, some data the
-# model was trained on, and some data it never saw. `memlab.sde.sde_test` returns the
+# model was trained on, and some data it never saw. `memlab.science.sde.sde_test` returns the
 # verdict, both divergences (bits) and the three dependence distributions;
-# `memlab.sde.split_half_dependence(features)` gives one subset's distribution (it warns,
+# `memlab.science.sde.split_half_dependence(features)` gives one subset's distribution (it warns,
 # `sde.SaturationWarning`, when a kernel matrix is near-constant). Here the target is a
 # random forget-set subset judged on the retrained model, which never saw it.
 

@@ -44,7 +44,7 @@
 #
 # Here the whole audit runs on a small Qwen2-architecture model that the chapter pre-trains
 # itself (the `paper` profile loads the DeepSeek distillates instead). Probes live in
-# `memlab.canaries`, data in `memlab.data.authors`, the pipeline in
+# `memlab.science.canaries`, data in `memlab.data.authors`, the pipeline in
 # `memlab.experiments.ch03_canary_audit`. Intervals are 95% percentile bootstraps over authors.
 #
 # NPO here is the paper's: the forgetting loss alone, masked to the answer span, with
@@ -63,8 +63,8 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import pagekit, paper, plotting
 from memlab.experiments import ch03_canary_audit as ch
+from memlab.report import pagekit, paper, plotting
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 cfg, run = pagekit.start(CH, profile, params)

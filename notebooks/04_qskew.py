@@ -55,8 +55,9 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import mia, pagekit, paper, plotting
 from memlab.experiments import ch04_qskew as ch
+from memlab.report import pagekit, paper, plotting
+from memlab.science import mia
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 cfg, run = pagekit.start(CH, profile, params)
@@ -147,7 +148,7 @@ ch.regime_table(setup)
 # $$\Delta_{i,M} = -\log p_{\mathrm{ref}}(x_i \mid x_{M^c}) + \log p_{\mathrm{target}}(x_i \mid x_{M^c}).$$
 #
 # With $\hat F$ the empirical CDF of the $n = R L$ values, $m$ their median and $s$ their standard
-# deviation, the score we implement (`memlab.mia.qskew`) is
+# deviation, the score we implement (`memlab.science.mia.qskew`) is
 #
 # $$W_i = e^{-(\hat F(\Delta_i)-0.15)^2/2h^2} + e^{-(\hat F(\Delta_i)-0.85)^2/2h^2},\qquad
 # \mathrm{QSkew}(x) = \frac{1}{n}\sum_i \frac{W_i}{\bar W}\,\frac{3(\Delta_i - m)}{s},$$
@@ -387,7 +388,7 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 # A ranking can only be judged on targets whose truth is among the candidates, so the claims are
 # "not judged" when none is, and when two rankings' hit rates differ by less than their noise band.
 # The rankings are compared on the same targets, so the band is that of paired outcomes: only the
-# targets one ranking gets and the other misses carry noise (`memlab.metrics.paired_diff_band`).
+# targets one ranking gets and the other misses carry noise (`memlab.science.metrics.paired_diff_band`).
 
 # %%
 pii = ch.pii_experiment(setup)

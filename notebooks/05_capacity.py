@@ -38,7 +38,7 @@
 #
 # This chapter trains GPT-2-architecture models {cite}`radford2019gpt2` (built from
 # `transformers` configs) on uniform tokens and on WikiText-2 {cite}`merity2016wikitext`, and
-# puts the paper's numbers beside ours. The measurements live in `memlab.capacity`, the models
+# puts the paper's numbers beside ours. The measurements live in `memlab.science.capacity`, the models
 # in `memlab.models.gpt2_small`, the chapter's stages, tables and claims in the package
 # `memlab.experiments.ch05_capacity`.
 #
@@ -70,9 +70,9 @@ import pandas as pd
 from IPython.display import Markdown, display
 from matplotlib.ticker import NullLocator
 
-from memlab import capacity as cap
-from memlab import pagekit, paper, plotting
 from memlab.experiments import ch05_capacity as ch
+from memlab.report import pagekit, paper, plotting
+from memlab.science import capacity as cap
 
 CH = ch.CHAPTER  # the chapter id is declared once, in the chapter module
 

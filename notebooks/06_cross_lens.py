@@ -62,8 +62,9 @@ import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 
-from memlab import lenses, pagekit, plotting
 from memlab.experiments import ch06_cross_lens as ch
+from memlab.report import pagekit, plotting
+from memlab.science import lenses
 
 warnings.filterwarnings("ignore", category=UserWarning)
 warnings.filterwarnings("ignore", category=FutureWarning)

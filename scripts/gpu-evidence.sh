@@ -12,7 +12,7 @@
 # (benchmarks/bench_gpu.py -> benchmarks/results/gpu.json); each part has a hard limit above its
 # estimate, and a part that hits it publishes nothing and is recorded as stopped, with the last
 # line its output reached (each part's output also goes to OUT/logs/CHAPTER.log).
-# Sizes live in lib/memlab/gpu_evidence.py (PARTS), one declaration each.
+# Sizes live in lib/memlab/report/gpu_section.py (PARTS), one declaration each.
 #
 # Usage: bash scripts/gpu-evidence.sh [--toy] [--out DIR] [--only CHAPTER] [--limit-s N] [--set CHAPTER.NAME=VALUE] [--parallel]
 #   --toy     the same parts at smoke sizes on any machine (what tests/test_gpu_evidence.py runs)
@@ -27,4 +27,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 [ -x "$PY" ] || PY=python3
-exec "$PY" -m memlab.gpu_evidence "$@"
+exec "$PY" -m memlab.run.gpu_evidence "$@"

@@ -18,4 +18,4 @@ chmod +x "$TMP/bin/memlab"
 export PATH="$TMP/bin:$PATH" PYTHONPATH="$TMP/site:$PWD/lib${PYTHONPATH:+:$PYTHONPATH}" \
   MEMLAB_DATA_ROOT="$TMP/data" PYTHONUNBUFFERED=1
 python3 -c "import torch; print('gpu-offline-run: torch', torch.__version__, 'CUDA', torch.cuda.is_available())"
-python3 -m memlab.gpu_evidence "$@"
+python3 -m memlab.run.gpu_evidence "$@"

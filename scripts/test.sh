@@ -12,7 +12,7 @@ export MEMLAB_CACHE="${MEMLAB_CACHE:-$PWD/data/cache/test-models}"
 # fixture that runs each chapter, lives in tests/test_chapters.py for the same reason. Each worker
 # computes at one thread. (Not --dist loadgroup: pytest-xdist 3.8 drops its groups under pytest 9.2,
 # whose node ids it can no longer rewrite, and deals the tests out one by one.)
-workers=${MEMLAB_TEST_WORKERS:-$(.venv/bin/python -c 'from memlab.config import available_cores; print(min(4, available_cores()))')}
+workers=${MEMLAB_TEST_WORKERS:-$(.venv/bin/python -c 'from memlab.core.config import available_cores; print(min(4, available_cores()))')}
 parallel=(-n "$workers" --dist loadfile)
 if [ "$workers" -le 1 ]; then parallel=(-p no:xdist); fi
 # The AVX2 leg: the vision training and unlearning tests again with oneDNN and ATen capped at

@@ -94,7 +94,9 @@ def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_sou
     module (so the kernel can import it); the CLI's repository root points at ``root``.
     Returns the spec folder.
     """
-    from memlab import chapters, cli, runner
+    from memlab import cli
+    from memlab.core import chapters
+    from memlab.run import runner
 
     spec_dir = root / "specs"
     spec_dir.mkdir()
@@ -111,7 +113,7 @@ def install_fake_chapter(root: Path, monkeypatch, spec_source: str, notebook_sou
 
 
 SEED_SPEC = """
-from memlab.config import Param
+from memlab.core.config import Param
 SPEC = {"seed": Param(int, 0, low=0)}
 """
 
@@ -131,7 +133,7 @@ import os, sys
 sys.path.insert(0, {{spec_dir!r}})
 import {module}
 import torch
-from memlab import cache, config, results
+from memlab.core import cache, config, results
 cfg = config.resolve_spec("fake", {module}.SPEC, profile, **params)
 run = results.Run(cfg)
 {body}'''
@@ -142,7 +144,7 @@ run = results.Run(cfg)
 # (a fixture imported into a second module would be run again there).
 
 def _runnable() -> list[str]:
-    from memlab.chapters import CHAPTERS
+    from memlab.core.chapters import CHAPTERS
 
     return [c for c in CHAPTERS if (REPO / CHAPTERS[c].source).exists()]
 

@@ -2,7 +2,7 @@
 constructed metrics, used by tests/test_regimes_chNN.py."""
 import copy
 
-from memlab import paper
+from memlab.report import paper
 
 
 def set_path(metrics: dict, path: str, value: float) -> dict:

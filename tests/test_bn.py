@@ -1,4 +1,4 @@
-"""Properties of the BatchNorm recalibration operator (memlab.bn), Theorem 1 of the BN-illusion paper."""
+"""Properties of the BatchNorm recalibration operator (memlab.science.bn), Theorem 1 of the BN-illusion paper."""
 import copy
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from memlab import bn
 from memlab.models.resnet import resnet18
+from memlab.science import bn
 
 
 def _perturbed(model: nn.Module, seed: int = 0) -> nn.Module:

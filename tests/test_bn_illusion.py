@@ -5,11 +5,12 @@ import pytest
 import torch
 from scipy import stats
 
-from memlab import config, probes
-from memlab.config import ConfigError
+from memlab.core import config
+from memlab.core.config import ConfigError
 from memlab.data import vision
 from memlab.experiments import ch01_bn_illusion as E
 from memlab.experiments.ch01_bn_illusion.claims import _band
+from memlab.science import probes
 
 CH = "01_bn_illusion"
 
@@ -103,7 +104,7 @@ def _row(pre, post, pre_r=90.0):
 
 
 def _verdicts(**metrics):
-    from memlab import paper
+    from memlab.report import paper
 
     out = paper.evaluate(E.claims(), {"sizes": SIZES, **metrics}, "cpu")
     return {d["key"]: d for d in out}
@@ -120,7 +121,7 @@ def _table1(**rows):
 
 
 def test_claims_give_verdicts_from_metrics():
-    from memlab import paper
+    from memlab.report import paper
 
     v = _verdicts(table1=_table1(BadTeacher=_row(20.0, 90.0)))
     assert v["six_of_nine"]["verdict"] == paper.NOT_REPRODUCED
@@ -129,7 +130,7 @@ def test_claims_give_verdicts_from_metrics():
 
 
 def test_construction_true_checks_are_sanity_checks():
-    from memlab import paper
+    from memlab.report import paper
 
     kinds = {c.key: c.sanity for c in E.claims()}
     assert {k for k, s in kinds.items() if s} == {"weights_fixed", "groupnorm_zero", "vit_zero"}
@@ -142,7 +143,7 @@ def test_construction_true_checks_are_sanity_checks():
 
 
 def test_band_is_the_binomial_band_of_250_images():
-    from memlab import metrics
+    from memlab.science import metrics
 
     m = {"sizes": SIZES}
     assert _band(m, (60.0, 50.0)) == pytest.approx(100 * metrics.diff_band(0.6, 250, 0.5, 250))
@@ -151,7 +152,7 @@ def test_band_is_the_binomial_band_of_250_images():
 
 
 def test_six_of_nine_counts_the_threshold_and_its_noise():
-    from memlab import paper
+    from memlab.report import paper
 
     big = {k: _row(5.0, 5.0 + 40.0) for k in E.NINE[:6]}  # six clear gaps of 40 pp
     assert _verdicts(table1=_table1(**big))["six_of_nine"]["verdict"] == paper.REPRODUCED
@@ -165,7 +166,7 @@ def test_six_of_nine_counts_the_threshold_and_its_noise():
 
 
 def test_badteacher_flip_inside_noise_is_not_judged():
-    from memlab import paper
+    from memlab.report import paper
 
     # The audited case: BadTeacher ahead by 0.8 pp (2 of 250 images).
     v = _verdicts(table1=_table1(BadTeacher=_row(5.0, 55.8), SalUn=_row(5.0, 55.0)))["badteacher_flip"]
@@ -175,7 +176,7 @@ def test_badteacher_flip_inside_noise_is_not_judged():
 
 
 def test_zero_rows_skips_a_row_at_the_floor_that_the_paper_has_above_it():
-    from memlab import paper
+    from memlab.report import paper
 
     v = _verdicts(table1=_table1(**{"GA+FT": _row(0.0, 0.0)}))["zero_rows"]
     assert v["verdict"] == paper.REPRODUCED and "GA+FT not judged" in v["evidence"]
@@ -188,7 +189,7 @@ def test_zero_rows_skips_a_row_at_the_floor_that_the_paper_has_above_it():
 
 
 def test_pre_r_separates_only_among_the_zero_gap_rows():
-    from memlab import paper
+    from memlab.report import paper
 
     t1 = _table1(GA=_row(0.0, 0.0, 30.0), SalUn=_row(5.0, 60.0, 20.0))  # SalUn lower, but not a zero row
     v = _verdicts(table1=t1)["pre_r_separates"]
@@ -200,7 +201,7 @@ def test_pre_r_separates_only_among_the_zero_gap_rows():
 
 
 def test_ten_images_needs_a_full_gap_to_judge_recovery():
-    from memlab import paper
+    from memlab.report import paper
 
     t1 = _table1(BadTeacher=_row(5.0, 65.0), NoiseInject=_row(50.0, 51.6))  # NoiseInject: 1.6 pp gap
     v = _verdicts(table1=t1, recovery_b10_test={"BadTeacher": 60.0, "NoiseInject": 50.0})["ten_images"]
@@ -218,7 +219,7 @@ def _table2(bn, nc, lp=45.0):
 
 
 def test_no_sign_flip_within_noise_is_not_judged():
-    from memlab import paper
+    from memlab.report import paper
 
     # The audited case: residuals of about ±5.6 pp where the band on 250 images is about ±8.7 pp.
     v = _verdicts(table2={"SalUn": _table2(5.6, -5.6), "GA": _table2(-20.0, 3.0)})["no_sign_flip"]
@@ -230,7 +231,7 @@ def test_no_sign_flip_within_noise_is_not_judged():
 
 
 def test_salun_mix_needs_a_gap_at_share_zero():
-    from memlab import paper
+    from memlab.report import paper
 
     q = {"0.0": _row(5.0, 60.0), "0.25": _row(5.0, 6.0), "0.5": _row(5.0, 5.0)}
     assert _verdicts(appendix_q=q)["salun_mix"]["verdict"] == paper.REPRODUCED
@@ -241,7 +242,7 @@ def test_salun_mix_needs_a_gap_at_share_zero():
 
 
 def test_ga_steps_shrinkage_inside_noise_is_not_judged():
-    from memlab import paper
+    from memlab.report import paper
 
     h = {"10": _row(10.0, 50.0), "40": _row(0.0, 0.4)}
     assert _verdicts(table1=_table1(), appendix_h=h)["ga_steps"]["verdict"] == paper.REPRODUCED

@@ -72,13 +72,13 @@ def check_book_surfaces(html: Path, book: Path, chapters: list[str], shots: Path
                         reader_first: bool = True, figures_sized: bool = True) -> list[str]:
     """Every problem a reader would see on the rendered book ``html`` (built from ``book``).
 
-    ``reader_first``: every chapter must open with its findings box (``memlab.pagekit``) in the
+    ``reader_first``: every chapter must open with its findings box (``memlab.report.pagekit``) in the
     first two screens at 1280 px, listing each headline claim with the verdict of its results
     JSON; and no page's prose may show a Python repr, a quoted number, ``None``, a snake_case
     claim key, or a table header that is a variable name; and every chapter's story (what comes
     before its first appendix section or its claims) must fit in ``STORY_SCREENS`` at 1280 px.
     ``figures_sized``: every figure must carry the size of its smallest text (saved by
-    ``memlab.plotting.BookFigure``); when False, a figure saved before that is passed over, and
+    ``memlab.report.plotting.BookFigure``); when False, a figure saved before that is passed over, and
     the figures that do carry it are still checked.
     """
     leak = _leak_pattern(book, chapters)
@@ -248,8 +248,8 @@ _FIGURES_JS = """() => Array.from(document.querySelectorAll('article figure img,
 
 def figure_measures(page) -> list[dict]:
     """Each figure image of the page: natural and shown width, its smallest font (pt, from the PNG via
-    ``memlab.book.size_figures``), dpi, the px that font shows at, and its scroll box and cue."""
-    from memlab import plotting
+    ``memlab.report.book.size_figures``), dpi, the px that font shows at, and its scroll box and cue."""
+    from memlab.report import plotting
 
     rows = page.evaluate(_FIGURES_JS)
     for r in rows:
@@ -268,7 +268,7 @@ def figure_problems(page, path: str, width: int, unsized_ok: bool = False) -> li
         if r["text_px"] is None and unsized_ok:
             continue
         if r["text_px"] is None:
-            out.append(f"{where} does not carry its font size (a PNG saved before memlab.plotting.BookFigure; "
+            out.append(f"{where} does not carry its font size (a PNG saved before memlab.report.plotting.BookFigure; "
                        "republish the chapter)")
             continue
         if r["text_px"] < MIN_TEXT_PX - 0.05:
@@ -333,7 +333,7 @@ def _story_problems(page, path: str, width: int) -> list[str]:
 
 def _findings_problems(page, path: str, width: int, book: Path, chapter: str) -> list[str]:
     """The findings box: near the top, every headline claim with its published verdict."""
-    from memlab import pagekit
+    from memlab.report import pagekit
 
     box = page.evaluate("""() => { const e = document.querySelector('.memlab-findings');
                                    return e ? {top: e.getBoundingClientRect().top + window.scrollY,
@@ -360,7 +360,7 @@ def _findings_problems(page, path: str, width: int, book: Path, chapter: str) ->
 
 
 def _published_chapters() -> list[str]:
-    from memlab.chapters import CHAPTERS
+    from memlab.core.chapters import CHAPTERS
 
     return [c for c in CHAPTERS if (REPO / "book" / "chapters" / f"{c}.ipynb").exists()
             and (REPO / "book" / "results" / f"{c}.json").exists()]
@@ -374,7 +374,7 @@ def test_committed_cpu_book_as_readers_see_it(tmp_path):
     if not chapters:
         pytest.skip("book/chapters holds no executed chapter")
     chromium_or_skip()
-    from memlab import book
+    from memlab.report import book
 
     root = tmp_path / "cpu-book"
     root.mkdir()
@@ -396,8 +396,8 @@ def test_render_refuses_a_missing_root_in_one_line(capsys, tmp_path):
 
 
 def test_repository_buttons_follow_the_setting(monkeypatch):
-    from memlab import book
-    from memlab.config import ConfigError
+    from memlab.report import book
+    from memlab.core.config import ConfigError
 
     monkeypatch.delenv(book.REPO_URL_ENV, raising=False)
     conf = {"repository": {"url": ""}, "html": {"use_repository_button": True}}
@@ -418,7 +418,7 @@ def test_repository_buttons_follow_the_setting(monkeypatch):
 def test_published_figure_is_an_image_bundle(tmp_path, monkeypatch):
     """publish() glues the saved PNG (image/png), never the matplotlib object (text/plain only)."""
     monkeypatch.setenv("MEMLAB_OUTPUT_DIR", str(tmp_path))
-    from memlab import plotting
+    from memlab.report import plotting
 
     glued = {}
     monkeypatch.setattr("myst_nb.glue", lambda key, obj, display=True: glued.update({key: obj}))
@@ -435,7 +435,7 @@ def test_published_figure_is_an_image_bundle(tmp_path, monkeypatch):
 
 
 def test_claims_table_shows_full_text_verdict_first_and_reasons():
-    from memlab import paper
+    from memlab.report import paper
 
     long = "a claim whose text is much longer than fifty characters, so pandas would cut it " * 2
     rows = [
@@ -455,9 +455,9 @@ def test_claims_table_shows_full_text_verdict_first_and_reasons():
 
 
 def test_every_reason_names_a_real_claim():
-    from memlab import paper
-    from memlab.chapters import CHAPTERS
-    from memlab.config import chapter_module
+    from memlab.report import paper
+    from memlab.core.chapters import CHAPTERS
+    from memlab.core.config import chapter_module
 
     for chapter in CHAPTERS:
         reasons = paper.reasons(chapter)
@@ -472,7 +472,7 @@ def test_dataframes_render_without_nan_or_default_index():
     import numpy as np
     import pandas as pd
 
-    from memlab import tables
+    from memlab.report import tables
 
     html = tables.to_html(pd.DataFrame({"paper": [0.9, np.nan], "ours": [0.8, 0.7]}))
     assert "NaN" not in html and "\u2013" in html and tables.NOTE in html
@@ -483,7 +483,7 @@ def test_dataframes_render_without_nan_or_default_index():
 def test_table_headers_read_as_words_not_variable_names():
     import pandas as pd
 
-    from memlab import tables
+    from memlab.report import tables
 
     df = pd.DataFrame({"out_acc": [1.0], "Acc_f (%)": [2.0], "tau(x, y)": [0.1]},
                       index=pd.Index(["GA+FT"], name="method_name"))
@@ -497,7 +497,7 @@ def test_table_headers_read_as_words_not_variable_names():
 def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
     import nbformat
 
-    from memlab import book
+    from memlab.report import book
 
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("profile = 'cpu'", metadata={"tags": ["parameters"]}),
@@ -514,7 +514,7 @@ def test_render_collapses_parameter_cells_of_executed_notebooks(tmp_path):
 def test_bibliography_labels_are_author_year_and_seed_papers_distinct():
     from pybtex.database import parse_file
 
-    from memlab import bibstyle
+    from memlab.report import bibstyle
 
     files = [REPO / "book" / "references.bib", *sorted((REPO / "book" / "bib").glob("*.bib"))]
     entries = {}

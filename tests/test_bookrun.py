@@ -5,7 +5,9 @@ import json
 import pytest
 
 from conftest import SEED_SPEC, install_fake_chapter, seed_chapter_notebook
-from memlab import bookrun, chapters, cli, costs
+from memlab import cli
+from memlab.core import chapters, costs
+from memlab.run import bookrun
 
 
 def test_the_makespan_gives_each_chapter_to_the_first_free_slot_longest_first():
@@ -109,7 +111,7 @@ def test_a_bad_jobs_value_is_refused_before_any_work(tmp_path, monkeypatch, caps
 def test_by_default_a_book_runs_as_many_chapters_as_the_cores_hold(monkeypatch):
     from types import SimpleNamespace
 
-    from memlab import config
+    from memlab.core import config
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(config, "available_cores", lambda: 4)
@@ -131,7 +133,7 @@ def test_a_long_silent_step_keeps_its_bar_ticking():
     import io
     import time as _time
 
-    from memlab.progress import ticking
+    from memlab.core.progress import ticking
     from tqdm.std import tqdm
 
     out = io.StringIO()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import cache, notices
+from memlab.core import cache, notices
 
 
 class Tiny(nn.Module):
@@ -188,7 +188,7 @@ TRAIN_ONCE = """
 import sys, time
 from pathlib import Path
 import torch
-from memlab import cache
+from memlab.core import cache
 log = Path(sys.argv[1])
 def train(model):
     with log.open("a") as f:

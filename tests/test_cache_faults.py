@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import cache, fsutil
+from memlab.core import cache, fsutil
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,7 @@ def test_files_follow_the_umask(tmp_path, monkeypatch):
     old = os.umask(0o022)
     try:
         cache.load_or_compute("ch", "feat", {"k": 3}, _compute([]))
-        from memlab.results import write_json_atomic
+        from memlab.core.results import write_json_atomic
 
         write_json_atomic(tmp_path / "r" / "x.json", {"a": 1})
     finally:
@@ -169,7 +169,7 @@ def test_files_follow_the_umask(tmp_path, monkeypatch):
 
 WRITER = textwrap.dedent('''
     import sys, torch
-    from memlab import cache
+    from memlab.core import cache
     big = torch.ones(4_000_000)  # 16 MB: most of the loop's time is spent saving and hashing
     print("ready", flush=True)
     i = 0
@@ -211,7 +211,7 @@ def test_kill_9_during_save_leaves_no_loadable_partial_and_no_orphan(tmp_path, m
 
 RACER = textwrap.dedent('''
     import sys, torch, warnings
-    from memlab import cache
+    from memlab.core import cache
     warnings.simplefilter("error", cache.CacheWarning)  # any corrupt entry seen is a failure
     for r in range(int(sys.argv[1])):
         for k in range(4):

@@ -1,11 +1,11 @@
-"""Probes of memlab.canaries on hand-made outputs and a tiny random model."""
+"""Probes of memlab.science.canaries on hand-made outputs and a tiny random model."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from memlab import canaries as C
+from memlab.science import canaries as C
 
 CANARY = "Ada Varga's novel The Amber Tide of Calabar follows a river pilot."
 HEAD = "Ada Varga's novel"

@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import config, lm
-from memlab.config import ConfigError
+from memlab.core import config
+from memlab.models import lm
+from memlab.core.config import ConfigError
 from memlab.data import authors as A
 from memlab.experiments import ch03_canary_audit as E
 from memlab.experiments.ch03_canary_audit import tables as E_TABLES
-from memlab.unlearning import npo
+from memlab.science.unlearning import npo
 from conftest import fp_tol
 
 CH = "03_canary_audit"
@@ -217,13 +218,13 @@ def _metrics(**over):
 
 
 def _verdicts(metrics, profile="cpu"):
-    from memlab import paper
+    from memlab.report import paper
 
     return {d["key"]: d for d in paper.evaluate(E.claims(), metrics, profile)}
 
 
 def test_claims_evaluate_on_hand_made_metrics():
-    from memlab import paper
+    from memlab.report import paper
 
     v = {k: d["verdict"] for k, d in _verdicts(_metrics()).items()}
     for key in ("bypass", "suppressed", "gap_grows", "prefill_moves", "seed_sensitive", "teacher_forced",
@@ -238,7 +239,7 @@ def test_claims_evaluate_on_hand_made_metrics():
 
 
 def test_parser_flip_is_a_sanity_check_and_the_rest_are_claims():
-    from memlab import paper
+    from memlab.report import paper
 
     kinds = {k: d["kind"] for k, d in _verdicts(_metrics()).items()}
     assert kinds.pop("parser_flip") == paper.SANITY
@@ -246,7 +247,7 @@ def test_parser_flip_is_a_sanity_check_and_the_rest_are_claims():
 
 
 def test_claims_at_the_audited_k_are_not_judged_when_the_state_was_not_reached():
-    from memlab import paper
+    from memlab.report import paper
 
     m = _metrics()
     m["audit"] = {"K": 100, "reached": False, "evidence": "K = 100: out acc 0.00 x K0",
@@ -262,7 +263,7 @@ def test_claims_at_the_audited_k_are_not_judged_when_the_state_was_not_reached()
 
 
 def test_prefill_moves_checks_the_papers_sign():
-    from memlab import paper
+    from memlab.report import paper
 
     # a CI that excludes 0 on the negative side: the prefill *raises* out acc, the opposite of the paper
     d = _verdicts(_metrics(**{"s0/K100": _summary(0.6, 0.85, dab=(-0.2, -0.3, -0.1))}))["prefill_moves"]
@@ -391,7 +392,7 @@ def test_npo_without_retain_term_never_reads_retain_and_differs_from_the_variant
 def test_real_model_section_states_the_cost_then_shows_a_published_run(tmp_path):
     import json
 
-    from memlab import paper
+    from memlab.report import paper
 
     before = E.render_sections(tmp_path)[0]
     assert before.startswith("## On a real pretrained model") and "about 35 minutes" in before

@@ -1,4 +1,4 @@
-"""Tests of memlab.capacity, memlab.data.synthetic and memlab.models.gpt2_small (chapter 5)."""
+"""Tests of memlab.science.capacity, memlab.data.synthetic and memlab.models.gpt2_small (chapter 5)."""
 import math
 
 import numpy as np
@@ -6,11 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import capacity as cap
-from memlab import paper
-from memlab.config import ConfigError
+from memlab.science import capacity as cap
+from memlab.report import paper
+from memlab.core.config import ConfigError
 from memlab.data.synthetic import uniform_tokens
-from memlab.lm import text_sequences
+from memlab.models.lm import text_sequences
 from memlab.models import gpt2_small as g2
 from memlab.models import gpt2_stacked as st
 
@@ -47,7 +47,7 @@ def test_model_code_lengths_match_reference_per_sequence():
     x = uniform_tokens(5, S, V, seed=1)
     fast = cap.sequence_code_lengths(model, x, V, batch_size=2)
     for i in range(len(x)):
-        logp = cap.token_log_probs(model, x[i:i + 1], V)[0].detach()
+        logp = g2.token_log_probs(model, x[i:i + 1], V)[0].detach()
         assert fast[i] == pytest.approx(cap.code_length_bits(logp, x[i]), rel=1e-12)
 
 
@@ -89,10 +89,10 @@ def test_expected_memorization_is_min_of_capacity_and_entropy():
 
 
 def test_plateau_rule():
-    assert not cap.plateaued([0, 10, 20], patience=2, tol=0.01)     # too short
-    assert not cap.plateaued([0, 10, 20, 30], patience=2, tol=0.01)  # still gaining
-    assert cap.plateaued([0, 100, 100.5, 100.4], patience=2, tol=0.01)
-    assert cap.plateaued([0, 100, 90, 95], patience=2, tol=0.0)     # got worse
+    assert not g2.plateaued([0, 10, 20], patience=2, tol=0.01)     # too short
+    assert not g2.plateaued([0, 10, 20, 30], patience=2, tol=0.01)  # still gaining
+    assert g2.plateaued([0, 100, 100.5, 100.4], patience=2, tol=0.01)
+    assert g2.plateaued([0, 100, 90, 95], patience=2, tol=0.0)     # got worse
 
 
 # ----------------------------------------------------------------------------- membership
@@ -270,7 +270,7 @@ def test_stacked_forward_equals_each_hf_model(size):
     x = torch.stack([uniform_tokens(5, S, V, seed=g) for g in range(3)])
     got = st.token_log_probs(st.stack(models), x, V, g2.parse_size(size).n_head)
     for g, m in enumerate(models):
-        torch.testing.assert_close(got[g], cap.token_log_probs(m, x[g], V), atol=1e-12, rtol=0)
+        torch.testing.assert_close(got[g], g2.token_log_probs(m, x[g], V), atol=1e-12, rtol=0)
     bits = st.code_lengths(st.stack(models), 1, x[1], V, g2.parse_size(size).n_head)
     np.testing.assert_allclose(bits, cap.sequence_code_lengths(models[1], x[1], V), rtol=1e-12)
 

@@ -7,8 +7,9 @@ import torch
 import pandas as pd
 import pytest
 
-from memlab import config, paper
-from memlab.config import ConfigError
+from memlab.core import config
+from memlab.report import paper
+from memlab.core.config import ConfigError
 from memlab.experiments import ch05_capacity as ex
 from memlab.models import gpt2_small as g2
 
@@ -483,7 +484,7 @@ def test_claim_evidence_strings():
 def test_per_model_claims_pool_each_models_margin_over_seeds():
     """mia_text and extraction record one margin per model condition, so seeds that disagree only on
     whether one model's fall clears its band pool by the mean margins (not a vote of verdicts)."""
-    from memlab import pooling
+    from memlab.report import pooling
 
     # 1x32's F1 at N = 1024 (256 members; 0.98 at N = 32 on 32): falls of 0.11, 0.11 (band ±0.064)
     # and 0.055 (band ±0.058, inside it): a vote says not judged, the mean fall 0.092 ± 0.079 holds

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from memlab import book, cli
-from memlab.chapters import CHAPTERS
+from memlab import cli
+from memlab.report import book
+from memlab.core.chapters import CHAPTERS
 from conftest import RUNNABLE, launch_chromium  # smoke_project: one smoke book per session (conftest)
 from test_pooling import check_signs
 
@@ -34,7 +35,7 @@ def test_chapter_runs_at_smoke_profile(smoke_project, chapter):
     res = json.loads((root / "book" / "results" / f"{chapter}.json").read_text())
     assert res["profile"] == "smoke" and res["metrics"], "results must hold metrics"
     assert res["claims"], "every chapter ends with a claims table"
-    from memlab.paper import VERDICTS
+    from memlab.report.paper import VERDICTS
 
     assert {c["verdict"] for c in res["claims"]} <= set(VERDICTS)
     assert list((root / "book" / "figures" / chapter).glob("*.png")), "every chapter publishes figures"
@@ -47,8 +48,8 @@ def test_recorded_sign_agrees_with_the_verdict_at_smoke(smoke_project, chapter):
     a seed with itself keeps that verdict (its band narrows by sqrt(2))."""
     import json
 
-    from memlab import pooling
-    from memlab.paper import NOT_JUDGED
+    from memlab.report import pooling
+    from memlab.report.paper import NOT_JUDGED
 
     root, outcomes = smoke_project
     assert outcomes[chapter] is None, outcomes[chapter]
@@ -158,8 +159,8 @@ def test_reader_surfaces_of_smoke_book(built_book, smoke_project):
 
 def test_rendered_exercises_are_student_versions(built_book):
     """The book's exercise pages show every chapter's exercises but no solution line, sample
-    answer or hidden test of any master (memlab.exercises.rendered_leaks; tests/test_exercises.py)."""
-    from memlab import exercises
+    answer or hidden test of any master (memlab.course.exercises.rendered_leaks; tests/test_exercises.py)."""
+    from memlab.course import exercises
 
     html, _ = built_book
     problems = exercises.rendered_leaks(html, REPO)

@@ -4,11 +4,13 @@ from pathlib import Path
 
 import pytest
 
-from memlab import book, chapters, cli
+from memlab import cli
+from memlab.core import chapters
+from memlab.report import book
 from conftest import install_fake_chapter
 
 FAKE_SPEC = '''
-from memlab.config import Param
+from memlab.core.config import Param
 SPEC = {"seed": Param(int, 0, low=0), "n": Param(int, {"smoke": 2, "cpu": 3, "paper": 9}, low=1, high=5),
         "fail": Param(bool, False)}
 '''
@@ -25,7 +27,8 @@ params: dict = {}  # overrides of SPEC's parameters
 import sys
 sys.path.insert(0, {spec_dir!r})
 import fake_spec
-from memlab import config, plotting, results
+from memlab.core import config, results
+from memlab.report import plotting
 cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 
@@ -80,7 +83,7 @@ def test_run_publishes_then_failure_keeps_previous_results(fake_project, capsys)
     assert cli.main(["run", "fake", "--profile", "smoke", "-p", "n", "4"]) == 0
     files = _book_files(fake_project)
     assert files == ["chapters/fake.ipynb", "costs.json", "figures/fake/line.png", "figures/fake/line.svg",
-                     "results/fake.json"]  # costs.json: the book's cost log (memlab.costs)
+                     "results/fake.json"]  # costs.json: the book's cost log (memlab.core.costs)
     res = json.loads((fake_project / "book" / "results" / "fake.json").read_text())
     assert res["metrics"] == {"total": 6} and res["params"]["n"] == 4 and res["profile"] == "smoke"
     nb = json.loads((fake_project / "book" / "chapters" / "fake.ipynb").read_text())

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import nbformat
 
-from memlab import book
+from memlab.report import book
 
 
 def test_every_code_cell_is_collapsed_unless_tagged_otherwise(tmp_path):

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from memlab import cli, compare, results
+from memlab import cli
+from memlab.core import results
+from memlab.report import compare
 
 CH = "02_sde"
 FLIP_TEXT = "SDE beats MMD and Wasserstein distance on the same task"
@@ -226,7 +228,7 @@ def test_sweep_against_a_run(project, tmp_path, capsys):
     row = r["metrics"]["outside_band"][0]
     assert row["metric"] == "f1.x" and row["band"] == pytest.approx(band) and "spread of A" in row["rule"]
     assert row["a"] == pytest.approx(0.30)
-    (flip,) = r["verdicts_changed"]  # the sweep's pooled verdict (memlab.pooling), its runs' votes beside it
+    (flip,) = r["verdicts_changed"]  # the sweep's pooled verdict (memlab.report.pooling), its runs' votes beside it
     assert (flip["a"], flip["across_a"], flip["b"]) == ("not judged", "reproduced in 2 of 2 runs (1 not judged)",
                                                         "reproduced")
     # the other claim's pooled margin (mean 0.05, band max(t s / sqrt 3, sqrt(3 * 0.1^2) / 3) = 0.0577: still

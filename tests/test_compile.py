@@ -7,8 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import cli, train
-from memlab.config import COMPILE_ENV, ConfigError, compile_enabled
+from memlab import cli
+from memlab.core import compiling
+from memlab.core.config import COMPILE_ENV, ConfigError, compile_enabled
+from memlab.models import train
 
 
 def _tiny(seed: int = 0) -> nn.Module:
@@ -49,9 +51,9 @@ def test_bad_switch_is_one_clear_error(monkeypatch, capsys):
 def test_short_loops_stay_eager(monkeypatch):
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
-    before = train.long_loops()
+    before = compiling.long_loops()
     _train(monkeypatch, "1", min_steps=10_000)
-    assert not seen and train.loop_mode(before) is None
+    assert not seen and compiling.loop_mode(before) is None
 
 
 def test_compile_keeps_the_nchw_layout(monkeypatch):
@@ -59,7 +61,7 @@ def test_compile_keeps_the_nchw_layout(monkeypatch):
     # (benchmarks/repro_onednn_channels_last.py)
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(kw) or m)
-    monkeypatch.setattr(train, "_compile_failed", [])
+    monkeypatch.setattr(compiling, "FAILED", [])
     _train(monkeypatch, "1")
     assert seen == [{"dynamic": False, "options": {"layout_optimization": False}}]
 
@@ -73,18 +75,18 @@ def test_groupnorm_models_train_eagerly(monkeypatch):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.ReLU(),
                           nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
-    before = train.long_loops()
+    before = compiling.long_loops()
     x, y = _data()
     train.train_classifier(model, x, y, epochs=2, batch_size=8, augment=False)
-    assert not seen and train.loop_mode(before) == "eager"
+    assert not seen and compiling.loop_mode(before) == "eager"
 
 
 def test_switched_off_long_loop_counts_as_eager(monkeypatch):
     seen = []
     monkeypatch.setattr(torch, "compile", lambda m, **kw: seen.append(m) or m)
-    before = train.long_loops()
+    before = compiling.long_loops()
     _train(monkeypatch, "0")
-    assert not seen and train.loop_mode(before) == "eager"
+    assert not seen and compiling.loop_mode(before) == "eager"
 
 
 def test_failed_compile_falls_back_to_eager_with_a_warning(monkeypatch):
@@ -94,24 +96,24 @@ def test_failed_compile_falls_back_to_eager_with_a_warning(monkeypatch):
         def forward(self, x):
             raise RuntimeError("no C++ compiler\nsecond line")
 
-    monkeypatch.setattr(train, "_compile_failed", [])
+    monkeypatch.setattr(compiling, "FAILED", [])
     monkeypatch.setattr(torch, "compile", lambda m, **kw: Broken())
-    before = train.long_loops()
+    before = compiling.long_loops()
     with pytest.warns(UserWarning, match="torch.compile failed .*no C\\+\\+ compiler.*training eagerly"):
         model, losses = _train(monkeypatch, "1")
     assert losses == eager_losses  # the failed step was redone eagerly on the same batch
     for a, b in zip(eager.state_dict().values(), model.state_dict().values()):
         assert torch.equal(a, b)
-    assert train.loop_mode(before) == "eager" and not train.compiled_steps()
+    assert compiling.loop_mode(before) == "eager" and not compiling.compiled_steps()
 
 
 @pytest.mark.slow
 def test_compiled_training_matches_eager(monkeypatch):
-    monkeypatch.setattr(train, "_compile_failed", [])
+    monkeypatch.setattr(compiling, "FAILED", [])
     eager, eager_losses = _train(monkeypatch, "0")
-    before = train.long_loops()
+    before = compiling.long_loops()
     compiled, losses = _train(monkeypatch, "1")
-    assert train.loop_mode(before) == "compiled", train._compile_failed
+    assert compiling.loop_mode(before) == "compiled", compiling.FAILED
     assert losses == pytest.approx(eager_losses, rel=1e-4, abs=1e-5)
     for (name, a), b in zip(eager.state_dict().items(), compiled.state_dict().values()):
         assert torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-5), name

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import config
-from memlab.config import Config, ConfigError, Param, resolve_spec
+from memlab.core import config
+from memlab.core.config import Config, ConfigError, Param, resolve_spec
 
 SPEC = {
     "seed": Param(int, 0, low=0),

@@ -6,7 +6,8 @@ import re
 import pytest
 
 from conftest import SEED_SPEC, install_fake_chapter, seed_chapter_notebook
-from memlab import cli, costs
+from memlab import cli
+from memlab.core import costs
 
 
 @pytest.fixture(autouse=True)
@@ -328,7 +329,7 @@ def test_a_chapter_page_states_its_measured_cold_and_warm_cost_and_why_a_slow_on
 
 
 def test_render_appends_the_cost_section_at_the_pages_own_profile(tmp_path):
-    from memlab import book
+    from memlab.report import book
 
     costs.record(tmp_path, _payload(chapter="a", cpu=600.0, wall=300.0), wall_s=320.0)
     nb = _staged_chapter(tmp_path, "a", "cpu")
@@ -441,7 +442,7 @@ def test_the_readmes_book_time_is_the_latest_cold_book_in_the_cost_log():
     # The README states what the whole book costs; it must be the measurement, not a promise.
     import re
 
-    from memlab.config import repo_root
+    from memlab.core.config import repo_root
 
     root = repo_root()
     whole = costs._latest_book(costs.read_log(root / "book"), "cpu")

@@ -93,7 +93,7 @@ def test_width4_resnet_trains_on_decoded_images_on_the_avx2_path(threads):
         import numpy as np, torch
         from memlab.data.vision import normalise
         from memlab.models.resnet import resnet18
-        from memlab.train import accuracy, train_classifier
+        from memlab.models.train import accuracy, train_classifier
         rng = np.random.default_rng(0)
         x = normalise(rng.integers(0, 256, size=(128, 32, 32, 3), dtype=np.uint8))
         y = torch.from_numpy(rng.integers(0, 10, size=128))

@@ -1,4 +1,4 @@
-"""Chapter 6's lenses (memlab.lenses) on hand-made inputs, its hypotheses file and its predicates."""
+"""Chapter 6's lenses (memlab.science.lenses) on hand-made inputs, its hypotheses file and its predicates."""
 import math
 from types import SimpleNamespace
 
@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import lenses, paper
-from memlab.config import ConfigError, resolve
+from memlab.core.config import ConfigError, resolve
 from memlab.experiments import ch06_cross_lens as ch
+from memlab.report import paper
+from memlab.science import lenses
 
 
 class BigramLM(nn.Module):
@@ -113,7 +114,7 @@ def test_tau_b_rows_equals_scipy_row_by_row_with_ties_and_constants():
 
 
 def test_kendall_ci_equals_the_per_resample_bootstrap():
-    from memlab import metrics
+    from memlab.science import metrics
 
     g = np.random.default_rng(3)
     x, y, z = g.normal(size=15), g.normal(size=15), g.integers(0, 3, 15).astype(float)
@@ -259,7 +260,7 @@ def test_sde_subsets_are_shared_and_fit_their_pools():
 def test_preflight_checks_what_chapters_1_and_3_read():
     from conftest import require_data
 
-    from memlab import preflight
+    from memlab.run import preflight
 
     require_data("cifar10-jpeg")
     require_data("wikitext-2")

@@ -3,7 +3,7 @@ import pytest
 import torch
 from PIL import Image
 
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 from memlab.data import splits, text, vision
 
 from conftest import require_data

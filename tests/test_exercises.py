@@ -1,4 +1,4 @@
-"""The course kit (memlab.exercises): otter-grader masters, student versions, autograders.
+"""The course kit (memlab.course.exercises): otter-grader masters, student versions, autograders.
 
 The autograder is proven both ways for every chapter's master: the solved notebook scores
 100%, the untouched student notebook scores 0 on every autograded question, and a
@@ -15,8 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab import cli, exercises
-from memlab.chapters import CHAPTERS
+from memlab import cli
+from memlab.core.chapters import CHAPTERS
+from memlab.course import exercises
 
 REPO = Path(__file__).resolve().parents[1]
 MASTERS = exercises.masters(REPO)

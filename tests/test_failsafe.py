@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memlab import cli, netguard, preflight, results
-from memlab.config import ConfigError
+from memlab import cli
+from memlab.core import netguard, results
+from memlab.run import preflight
+from memlab.core.config import ConfigError
 from memlab.data import text, vision
 
 from conftest import install_fake_chapter, shared_data_root
@@ -68,7 +70,7 @@ def isolated(tmp_path, monkeypatch):
 
 def _refused(capsys, argv, book, cache_root, code=2):
     """Run the CLI; assert exit ``code``, one stderr line, quick, nothing written. Returns the line."""
-    from memlab.config import chapter_module
+    from memlab.core.config import chapter_module
 
     chapter_module(argv[1])  # imports (torch, the chapter) are not part of the time to refusal
     before = (_tree_hash(book), _tree_hash(cache_root))
@@ -281,7 +283,7 @@ def test_remote_code_runs_only_for_a_named_model(monkeypatch):
 # ----------------------------------------------------------------------------- failures mid-run, named
 
 FAKE_SPEC = '''
-from memlab.config import Param
+from memlab.core.config import Param
 SPEC = {"seed": Param(int, 0, low=0), "fail": Param(str, "no", choices=("no", "raise", "abort", "kill", "net"))}
 '''
 
@@ -294,7 +296,7 @@ params: dict = {}
 import sys
 sys.path.insert(0, {spec_dir!r})
 import failsafe_spec
-from memlab import config, netguard, results
+from memlab.core import config, netguard, results
 from memlab.data import download
 cfg = config.resolve_spec("fake", failsafe_spec.SPEC, profile, **params)
 run = results.Run(cfg)

@@ -1,6 +1,6 @@
 """``scripts/gpu-evidence.sh``: the prepared paper-scale GPU run, exercised at toy size on the CPU.
 
-The script runs :data:`memlab.gpu_evidence.PARTS` (one ``memlab run`` each, paper profile on a GPU,
+The script runs :data:`memlab.report.gpu_section.PARTS` (one ``memlab run`` each, paper profile on a GPU,
 smoke sizes with ``--toy``) under hard time limits and records each part; ``memlab render`` shows
 the results as an "At paper scale (GPU)" section of each chapter.
 """
@@ -14,15 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from memlab import config, gpu_evidence as G
-from memlab.config import repo_root
+from memlab.core import config
+from memlab.report import gpu_section as S
+from memlab.run import gpu_evidence as G
+from memlab.core.config import repo_root
 
 ROOT = repo_root()
 
 
 def test_every_part_is_a_valid_paper_run_and_the_header_names_it():
     header = (ROOT / "scripts" / "gpu-evidence.sh").read_text()
-    for part in G.PARTS:
+    for part in S.PARTS:
         cfg = config.resolve(part.chapter, "paper", **part.params)  # a typo or bad size fails here
         assert all(cfg[k] == v for k, v in part.params.items())
         config.resolve(part.chapter, "smoke", **part.toy)
@@ -31,7 +33,7 @@ def test_every_part_is_a_valid_paper_run_and_the_header_names_it():
 
 
 def test_commands_are_the_chapters_run_at_paper_or_smoke():
-    part, out = G.PARTS[0], Path("/x")
+    part, out = S.PARTS[0], Path("/x")
     paper_cmd = G.command(part, out, toy=False)
     assert paper_cmd[1:5] == ["run", part.chapter, "--profile", "paper"] and "--cache-dir" not in paper_cmd
     for k, v in part.params.items():
@@ -55,11 +57,11 @@ def test_a_part_past_its_limit_is_stopped_and_publishes_nothing(tmp_path):
 
 
 def test_no_result_yet_says_what_the_run_decides_and_costs(tmp_path):
-    for part in G.PARTS:
-        text = G.section_markdown(part.chapter, tmp_path)
+    for part in S.PARTS:
+        text = S.section_markdown(part.chapter, tmp_path)
         assert text.startswith("## At paper scale (GPU)") and part.decides in text
         assert "bash scripts/gpu-evidence.sh" in text and f"about {part.minutes:g} minutes" in text
-    assert G.section_markdown("06_cross_lens", tmp_path) is None
+    assert S.section_markdown("06_cross_lens", tmp_path) is None
 
 
 @pytest.mark.slow
@@ -69,20 +71,20 @@ def test_the_script_runs_every_part_at_toy_size(tmp_path):
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-evidence.sh"), "--toy", "--out", str(out)],
                           capture_output=True, text=True, env=env, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for i, part in enumerate(G.PARTS, 1):  # a line before and after every part, in order
-        assert f"gpu-evidence [{i}/{len(G.PARTS)}] {part.chapter}: about" in proc.stdout
-        assert f"gpu-evidence [{i}/{len(G.PARTS)}] {part.chapter}: finished in" in proc.stdout
-    record = json.loads((out / G.RECORD).read_text())
-    assert {p.chapter for p in G.PARTS} == set(record["parts"])
-    for part in G.PARTS:
+    for i, part in enumerate(S.PARTS, 1):  # a line before and after every part, in order
+        assert f"gpu-evidence [{i}/{len(S.PARTS)}] {part.chapter}: about" in proc.stdout
+        assert f"gpu-evidence [{i}/{len(S.PARTS)}] {part.chapter}: finished in" in proc.stdout
+    record = json.loads((out / S.RECORD).read_text())
+    assert {p.chapter for p in S.PARTS} == set(record["parts"])
+    for part in S.PARTS:
         res = json.loads((out / "book" / "results" / f"{part.chapter}.json").read_text())
         assert res["profile"] == "smoke" and record["parts"][part.chapter]["toy"] is True
         # a toy result is never shown as paper-scale evidence
-        assert "No run of it has finished on a GPU yet" in G.section_markdown(part.chapter, out)
+        assert "No run of it has finished on a GPU yet" in S.section_markdown(part.chapter, out)
     # the same files, as a GPU run writes them, give the section with settings and verdicts in words
     record["parts"]["05_capacity"]["toy"] = False
-    (out / G.RECORD).write_text(json.dumps(record))
-    text = G.section_markdown("05_capacity", out)
+    (out / S.RECORD).write_text(json.dumps(record))
+    text = S.section_markdown("05_capacity", out)
     res = json.loads((out / "book" / "results" / "05_capacity.json").read_text())
     # the sizes that ran (here the smoke ones) beside the cpu book's
     assert "| vocab size | 32 | 8 |" in text and "| model sizes | 1x8, 1x12, 1x16, 2x16 | 1x4, 1x8 |" in text
@@ -103,11 +105,11 @@ def test_parallel_parts_run_at_once_each_under_its_own_limit(tmp_path, monkeypat
     assert parts["05_capacity"]["status"] == "finished"
     assert parts["01_bn_illusion"]["status"] == "failed (exit 3)"
     assert parts["02_sde"]["status"] == "stopped at its 4 s limit" and parts["02_sde"]["wall_s"] < 40
-    assert json.loads((tmp_path / G.RECORD).read_text())["parts"] == parts
+    assert json.loads((tmp_path / S.RECORD).read_text())["parts"] == parts
     assert (tmp_path / "logs" / "05_capacity.log").read_text() == "capacity done\n"
     assert G._last_line(tmp_path / "logs" / "02_sde.log") == "sde started"
     out = capsys.readouterr().out
-    for i, part in enumerate(G.PARTS, 1):
+    for i, part in enumerate(S.PARTS, 1):
         assert f"gpu-evidence [{i}/3] {part.chapter}: about" in out
     assert out.index("02_sde: about") < out.index("05_capacity: finished")  # started before any ended
 
@@ -127,8 +129,8 @@ def test_parts_in_turn_show_their_output_and_record_where_a_stopped_one_had_got_
     assert "capacity done" in out and "02_sde: Original" in out
     assert out.index("05_capacity: finished") < out.index("02_sde: about")  # one after another
     record["parts"]["02_sde"]["toy"] = False  # as a GPU run writes it
-    (tmp_path / G.RECORD).write_text(json.dumps(record))
-    text = G.section_markdown("02_sde", tmp_path)
+    (tmp_path / S.RECORD).write_text(json.dumps(record))
+    text = S.section_markdown("02_sde", tmp_path)
     assert "The last attempt stopped at its 4 s limit after" in text and "sharing the GPU" not in text
     assert "it had reached Original, step 585 of 5850." in text
 
@@ -176,17 +178,17 @@ def test_a_finished_run_shows_the_sizes_that_ran_and_an_unfinished_one_where_it_
     (tmp_path / "book" / "results").mkdir(parents=True)
     (tmp_path / "book" / "results" / "02_sde.json").write_text(json.dumps(
         {"params": ran, "claims": [], "provenance": {"device": "cuda (NVIDIA H200)", "wall_time_s": 420}}))
-    text = G.section_markdown("02_sde", tmp_path)
+    text = S.section_markdown("02_sde", tmp_path)
     assert "| epochs | 10 | 12 |" in text and "| n targets | 20 | 50 |" in text and "7.0 minutes" in text
     entry = {"status": "stopped at its 530 s limit", "wall_s": 530.2, "toy": False, "parallel": True,
              "reached": "01_bn_illusion: Retrain: 52% 3048/5850 [01:40<01:28, 31.68it/s]"}
-    (tmp_path / G.RECORD).write_text(json.dumps({"parts": {"01_bn_illusion": {**entry, "chapter": "01_bn_illusion"}}}))
-    text = G.section_markdown("01_bn_illusion", tmp_path)
+    (tmp_path / S.RECORD).write_text(json.dumps({"parts": {"01_bn_illusion": {**entry, "chapter": "01_bn_illusion"}}}))
+    text = S.section_markdown("01_bn_illusion", tmp_path)
     assert "No run of it has finished on a GPU yet" in text
     assert "stopped at its 530 s limit after 530 s while sharing the GPU with the other parts" in text
     assert "it had reached Retrain, step 3048 of 5850." in text
-    assert G._stage_words("01_bn_illusion", "01_bn_illusion: SalUn: done, 400 in 00:09") == "SalUn (done)"
-    assert G._stage_words("x", "estimate: 3 of 5 models cached") == "estimate: 3 of 5 models cached"
+    assert S._stage_words("01_bn_illusion", "01_bn_illusion: SalUn: done, 400 in 00:09") == "SalUn (done)"
+    assert S._stage_words("x", "estimate: 3 of 5 models cached") == "estimate: 3 of 5 models cached"
 
 
 def test_the_offline_scripts_refuse_what_they_cannot_use_before_any_work(tmp_path):

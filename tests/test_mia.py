@@ -1,10 +1,10 @@
-"""Unit tests of memlab.mia: Q-Skew, Min-K%++, the cyclic sampler and bad input."""
+"""Unit tests of memlab.science.mia: Q-Skew, Min-K%++, the cyclic sampler and bad input."""
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 
-from memlab import mia
+from memlab.science import mia
 
 
 def _samples(kind: str, n: int = 4000, seed: int = 0) -> np.ndarray:

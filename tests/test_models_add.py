@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 from memlab.models import local
 from conftest import smollm2_pip_args
 

@@ -3,8 +3,9 @@ import pytest
 import torch
 from sklearn.metrics import f1_score, roc_auc_score
 
-from memlab import metrics, train
+from memlab.models import train
 from memlab.models.resnet import resnet18
+from memlab.science import metrics
 
 
 @pytest.mark.parametrize("norm", ["bn", "gn"])

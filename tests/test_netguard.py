@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from memlab import netguard
+from memlab.core import netguard
 
 
 def test_offline_mode_refuses_remote_but_allows_loopback():

@@ -1,9 +1,9 @@
-"""The noise bands that decide "not judged" (memlab.metrics): closed forms and simple references."""
+"""The noise bands that decide "not judged" (memlab.science.metrics): closed forms and simple references."""
 import numpy as np
 import pytest
 from scipy import stats
 
-from memlab import metrics
+from memlab.science import metrics
 
 
 def test_diff_band_is_the_normal_interval_of_a_difference():
@@ -82,7 +82,7 @@ def test_t_half_width_closed_form_and_refusal():
     import pytest
     from scipy import stats
 
-    from memlab.metrics import t_half_width
+    from memlab.science.metrics import t_half_width
 
     # two values 0 and 2: s = sqrt(2), so the half-width is t(0.975, 1) * sqrt(2) / sqrt(2)
     assert t_half_width([0.0, 2.0]) == pytest.approx(stats.t.ppf(0.975, 1), rel=1e-12)

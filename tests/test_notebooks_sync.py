@@ -4,7 +4,7 @@ from pathlib import Path
 import jupytext
 import pytest
 
-from memlab.chapters import CHAPTERS
+from memlab.core.chapters import CHAPTERS
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted((REPO / "notebooks").glob("*.py"))
@@ -12,7 +12,7 @@ SOURCES = sorted((REPO / "notebooks").glob("*.py"))
 
 def test_every_source_is_a_chapter():
     for src in SOURCES:
-        assert src.stem in CHAPTERS, f"{src.name} is not registered in memlab.chapters"
+        assert src.stem in CHAPTERS, f"{src.name} is not registered in memlab.core.chapters"
 
 
 @pytest.mark.parametrize("src", SOURCES, ids=[s.stem for s in SOURCES])

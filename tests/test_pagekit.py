@@ -2,7 +2,7 @@
 
 import pytest
 
-from memlab import pagekit, paper
+from memlab.report import pagekit, paper
 
 
 def _v(verdict, kind=paper.CLAIM, claim="A claim."):
@@ -75,8 +75,8 @@ def test_the_findings_box_lists_the_headline_claims_with_our_numbers_and_every_c
 
 
 def test_every_chapter_names_headline_claims_that_it_judges():
-    from memlab import config
-    from memlab.chapters import CHAPTERS
+    from memlab.core import config
+    from memlab.core.chapters import CHAPTERS
 
     for chapter in CHAPTERS:
         keys = pagekit.headline_keys(chapter)
@@ -114,7 +114,7 @@ def test_what_holds_says_each_verdict_once_in_words_with_the_gaps_that_keep_clai
 
 
 def test_every_claim_of_a_paper_chapter_has_a_short_title():
-    from memlab.chapters import CHAPTERS
+    from memlab.core.chapters import CHAPTERS
 
     for cid in CHAPTERS:
         keys = {c.key for c in __import__(CHAPTERS[cid].module, fromlist=["claims"]).claims()}

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from conftest import require_data
-from memlab import cli, config, paper
-from memlab.chapters import CHAPTERS
-from memlab.config import ConfigError, Param
+from memlab import cli
+from memlab.core import config
+from memlab.report import paper
+from memlab.core.chapters import CHAPTERS
+from memlab.core.config import ConfigError, Param
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -310,13 +312,13 @@ def test_every_chapter_declares_its_metric_keys(chapter):
         res = json.loads(published.read_text())
         assert set(res["metrics"]) <= declared
         # the strict evaluator reads the published metrics without an undeclared key or a crash ...
-        # (gated by the chapter's regimes, as memlab.pagekit.judge publishes them)
+        # (gated by the chapter's regimes, as memlab.report.pagekit.judge publishes them)
         again = {v["key"]: v["verdict"] for v in paper.evaluate(mod.claims(), res["metrics"], res["profile"],
                                                                 regimes=paper.regimes(chapter))}
         assert set(again) == {v["key"] for v in res["claims"]}
         # ... and, while the page is from the chapter's current code, gives its verdicts (a page of
         # earlier code was judged by earlier predicates; it is republished, never edited by hand)
-        from memlab.results import chapter_code
+        from memlab.core.results import chapter_code
 
         if res.get("provenance", {}).get("chapter_code") == chapter_code(chapter):
             assert again == {v["key"]: v["verdict"] for v in res["claims"]}

@@ -1,4 +1,4 @@
-"""Figures sized for the page that shows them (memlab.plotting, memlab.book.size_figures).
+"""Figures sized for the page that shows them (memlab.report.plotting, memlab.report.book.size_figures).
 
 The book shows a figure at its physical size (96 CSS px per inch), never wider than the article
 column (about 670 px at a 1280 px window, 340 px on a 390 px phone); the text of a PNG saved at
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memlab import plotting
+from memlab.report import plotting
 
 
 def _saved(tmp_path, monkeypatch, size: str, name: str, **kwargs):
@@ -86,7 +86,7 @@ def test_png_text_info_reads_what_savefig_wrote(tmp_path, monkeypatch):
 
 
 def test_book_gives_each_figure_its_legible_width(tmp_path, monkeypatch):
-    from memlab import book
+    from memlab.report import book
 
     _, png = _saved(tmp_path, monkeypatch, "wide", "wide")
     (tmp_path / "_images").mkdir()
@@ -108,7 +108,7 @@ def test_book_gives_each_figure_its_legible_width(tmp_path, monkeypatch):
 def test_prose_dataframes_become_cards_and_numbers_stay_tables(tmp_path):
     import pandas as pd
 
-    from memlab import book, tables
+    from memlab.report import book, tables
 
     long = "a sentence of prose that is much longer than sixty characters, as a regime's text is"
     prose = pd.DataFrame({"What the paper tested": [long], "Holds": ["no"]}, index=pd.Index(["trained"], name="Regime"))
@@ -142,7 +142,7 @@ def test_render_redraws_sweep_figures_in_the_book_style(tmp_path):
 
     from pathlib import Path
 
-    from memlab import book
+    from memlab.report import book
 
     src = sorted((Path(__file__).resolve().parents[1] / "book" / "robustness").glob("*.png"))
     if not src:

@@ -1,4 +1,4 @@
-"""Pooled verdicts over seeds (memlab.pooling) and the margins evaluate records (memlab.paper)."""
+"""Pooled verdicts over seeds (memlab.report.pooling) and the margins evaluate records (memlab.report.paper)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from memlab import paper, pooling
-from memlab.paper import NOT_JUDGED, NOT_REPRODUCED, NOT_RUN, OUTSIDE_REGIME, REPRODUCED, SEED_DEPENDENT
+from memlab.report import paper, pooling
+from memlab.report.paper import NOT_JUDGED, NOT_REPRODUCED, NOT_RUN, OUTSIDE_REGIME, REPRODUCED, SEED_DEPENDENT
 
 # Claims whose verdict rests on more than their recorded margins (a p-value, a per-kind count, a
 # second comparison, margins that only select which rows to compare, or a check that stops at a
@@ -221,7 +221,7 @@ def test_a_runs_closing_line_says_its_verdicts_are_single_seed(monkeypatch):
     import IPython
     import IPython.display
 
-    from memlab import results
+    from memlab.core import results
 
     shown = []
     monkeypatch.setattr(IPython, "get_ipython", lambda: object())
@@ -252,7 +252,7 @@ def check_signs(chapter: str, rows: list[dict]) -> list[str]:
 
 
 def test_counts_in_words_never_read_zero_of_zero():
-    from memlab.paper import NOT_RUN, OUTSIDE_REGIME
+    from memlab.report.paper import NOT_RUN, OUTSIDE_REGIME
 
     assert pooling.k_of_n([REPRODUCED, NOT_REPRODUCED, NOT_JUDGED]) == "reproduced in 1 of 2 runs (1 not judged)"
     assert pooling.k_of_n([REPRODUCED]) == "reproduced in 1 of 1 run"

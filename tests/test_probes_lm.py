@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from memlab import lm, mia, probes
-from memlab.unlearning import npo, registry
+from memlab.models import lm
+from memlab.science import mia, probes
+from memlab.science.unlearning import npo, registry
 
 from test_diffusion_lm import _model as _dlm  # the tiny masked diffusion LM of those tests
 from conftest import fp_tol
@@ -188,7 +189,7 @@ def test_lm_unlearn_refuses_bad_method_and_steps():
 def test_lm_methods_stay_out_of_the_classifier_registry():
     # registry.get("GA") is the classifier's gradient ascent; the LM methods are called directly
     assert "NPO" not in registry.names()
-    assert registry.get("GA").fn.__module__ == "memlab.unlearning.ga"  # the classifier's GA
+    assert registry.get("GA").fn.__module__ == "memlab.science.unlearning.ga"  # the classifier's GA
 
 
 # ----------------------------------------------------------------------------- PII ranking

@@ -1,4 +1,4 @@
-"""memlab acts on the project of the folder it runs in (memlab.config.repo_root).
+"""memlab acts on the project of the folder it runs in (memlab.core.config.repo_root).
 
 The project is the nearest folder at or above the working directory holding pyproject.toml and
 book/; outside every project memlab falls back to the repository it was installed from and says so
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from memlab import config
+from memlab.core import config
 
 REPO = Path(__file__).resolve().parents[1]
 MEMLAB = [str(Path(sys.executable).parent / "memlab")]  # the shared install's command
@@ -74,7 +74,7 @@ profile: str = "cpu"  # smoke | cpu | paper
 params: dict = {}  # overrides
 
 # %%
-from memlab import config, results
+from memlab.core import config, results
 
 cfg = config.resolve("05_capacity", profile=profile, **params)
 run = results.Run(cfg)

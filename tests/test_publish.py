@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab import publish
+from memlab.core import publish
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 KILLER = '''
 import os, shutil, signal, sys
 from pathlib import Path
-from memlab import fsutil, publish
+from memlab.core import fsutil, publish
 book, prepared, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 staging = fsutil.make_tmp_dir(book, "staging-ch")  # named after this process, as memlab run names it
 for child in prepared.iterdir():

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import config, mia
-from memlab.config import ConfigError
+from memlab.core import config
+from memlab.science import mia
+from memlab.core.config import ConfigError
 from memlab.data import pii as pii_data
 from memlab.experiments import ch04_qskew as qs
 from conftest import fp_tol
@@ -201,12 +202,12 @@ CLAIM_KEYS = ["dft_best", "ift_best", "gain10", "member_skew", "asymmetry", "per
 
 
 def _verdicts(m, profile="cpu"):
-    from memlab import paper
+    from memlab.report import paper
     return {d["key"]: d["verdict"] for d in paper.evaluate(qs.claims(), m, profile)}
 
 
 def _evidence(m):
-    from memlab import paper
+    from memlab.report import paper
     return {d["key"]: d["evidence"] for d in paper.evaluate(qs.claims(), m, "cpu")}
 
 
@@ -290,7 +291,7 @@ WITHIN_NOISE = {
 
 @pytest.mark.parametrize("key", list(WITHIN_NOISE))
 def test_claims_inside_the_noise_band_are_not_judged(key):
-    from memlab import paper
+    from memlab.report import paper
     m = _paper_like()
     WITHIN_NOISE[key](m)
     got = {d["key"]: d for d in paper.evaluate(qs.claims(), m, "cpu")}
@@ -301,7 +302,8 @@ def test_claims_inside_the_noise_band_are_not_judged(key):
 def test_pii_claims_compare_the_rankings_on_the_same_targets():
     # Combine gets the CE hits and 10 more: 60 vs 50 of 200. As two independent samples that margin
     # (0.05) lies inside a band of about 0.09; on the same targets only the 10 discordant ones vary.
-    from memlab import metrics, paper
+    from memlab.report import paper
+    from memlab.science import metrics
     m = _paper_like()
     _set_pii("Combine-0.1", {"email": 25, "phone": 35})(m)
     assert metrics.diff_band(0.3, 200, 0.25, 200) > 0.05
@@ -317,7 +319,7 @@ def test_pii_claims_compare_the_rankings_on_the_same_targets():
 
 
 def test_pii_claims_not_judged_without_the_truth_among_candidates():
-    from memlab import paper
+    from memlab.report import paper
     m = _paper_like()
     m["pii"]["oracle"] = {"email": 0, "phone": 0}
     for k in m["pii"]["hits"]:
@@ -337,7 +339,7 @@ def test_claims_read_ratio_keys_back_from_json():
 
 
 def test_claims_not_judged_at_smoke_or_without_metrics():
-    from memlab import paper
+    from memlab.report import paper
     assert _verdicts(_paper_like(), "smoke") == {k: paper.NOT_RUN for k in CLAIM_KEYS}
     assert _verdicts(_paper_like(), "paper") == {k: "reproduced" for k in CLAIM_KEYS}
     m = _paper_like()
@@ -360,7 +362,7 @@ def test_best_baseline_skips_qskew():
 
 def test_claims_a_run_cannot_decide_are_not_judged():
     """One fixed mask ratio has no trend, and Q-Skew alone has no baseline to beat: not judged, with the reason."""
-    from memlab import paper
+    from memlab.report import paper
 
     m = _paper_like()
     m["asymmetry"] = {0.5: m["asymmetry"][0.5]}

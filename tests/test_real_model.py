@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from memlab import canaries, config, lm
-from memlab.config import repo_root
+from memlab.core import config
+from memlab.models import lm
+from memlab.science import canaries
+from memlab.core.config import repo_root
 from memlab.experiments import ch03_canary_audit as E
 from memlab.models import local
 from conftest import smollm2_pip_args

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from memlab import cli, sweep
+from memlab import cli
+from memlab.run import sweep
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "book" / "rerunning.md"

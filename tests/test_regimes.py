@@ -10,8 +10,9 @@ import re
 import pytest
 import yaml
 
-from memlab import book, chapters, pagekit, paper, sweep
-from memlab.config import repo_root
+from memlab.core import chapters
+from memlab.core.config import repo_root
+from memlab.report import book, pagekit, paper, sweep_summary
 
 GATE = {
     "text": "The Original knows the forget class as the paper's does (forget-class accuracy at least 90 %)",
@@ -338,7 +339,7 @@ def test_the_sweep_figure_colours_every_verdict(tmp_path):
     summary = {"chapter": "99_x", "profile": "cpu", "axes": {"seed": [0, 1]},
                "groups": [{"runs": ["a"] * len(verdicts),
                            "claims": {"gap": {"verdicts": verdicts}, "free": {"verdicts": {paper.OUTSIDE_REGIME: 6}}}}]}
-    path = sweep.summary_figure(summary, tmp_path / "s.png")
+    path = sweep_summary.summary_figure(summary, tmp_path / "s.png")
     assert path.stat().st_size > 0
 
 
@@ -367,7 +368,7 @@ def test_the_css_and_the_legends_cover_every_verdict():
 
 
 def test_a_finished_gpu_run_gets_its_own_scorecard_row_and_counts_only_the_claims_it_adds(tmp_path, monkeypatch):
-    from memlab import gpu_evidence
+    from memlab.report import gpu_section
 
     cpu_rows = list(_run(acc=65.6).values())   # the gate fails on the cpu run
     gpu_rows = list(_run(acc=95.0, profile="paper").values())  # and holds at paper scale
@@ -387,7 +388,7 @@ def test_a_finished_gpu_run_gets_its_own_scorecard_row_and_counts_only_the_claim
     assert n_gpu > n_cpu  # the constructed runs differ in what they judge
     total = sum(r.get("kind", paper.CLAIM) == paper.CLAIM for r in cpu_rows)
     for toy, row_shown in ((True, False), (False, True)):
-        (gpu / gpu_evidence.RECORD).write_text(json.dumps({"parts": {"01_p": {"toy": toy, "status": "finished"}}}))
+        (gpu / gpu_section.RECORD).write_text(json.dumps({"parts": {"01_p": {"toy": toy, "status": "finished"}}}))
         book.write_scorecard(tmp_path)
         summary = (tmp_path / "_scorecard_summary.md").read_text()
         assert ("| A paper chapter, at paper scale on a GPU | `paper` |" in summary) is row_shown

@@ -13,9 +13,10 @@ import torch
 from regime_checks import judge, set_path
 from scipy import stats
 
-from memlab import config, paper
+from memlab.core import config
 from memlab.experiments import ch01_bn_illusion as E
 from memlab.experiments.ch01_bn_illusion.claims import _df_band
+from memlab.report import paper
 
 CH = E.CHAPTER
 Z = 1.96

@@ -10,8 +10,8 @@ import pytest
 from regime_checks import check_requirements_flip, judge, set_path
 from test_sde_experiments import fake_metrics
 
-from memlab import paper
 from memlab.experiments import ch02_sde as ex
+from memlab.report import paper
 
 CH = "02_sde"
 REGIMES = paper.regimes(CH)

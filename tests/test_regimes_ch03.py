@@ -9,8 +9,8 @@ import copy
 import pytest
 from test_canary_audit import _ci, _metrics, _summary  # the hand-made metrics on which the claims hold
 
-from memlab import paper
 from memlab.experiments import ch03_canary_audit as E
+from memlab.report import paper
 
 CH = E.CHAPTER
 REGIMES = paper.regimes(CH)

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 from test_qskew_experiments import _paper_like  # hand-made metrics on which every claim holds
 
-from memlab import metrics, paper
 from memlab.experiments import ch04_qskew as qs
+from memlab.report import paper
+from memlab.science import metrics
 
 CH = qs.CHAPTER
 REGIMES = paper.regimes(CH)

@@ -15,8 +15,8 @@ import pytest
 from regime_checks import check_requirements_flip, judge, set_path
 from test_capacity_experiments import _good_metrics
 
-from memlab import paper
 from memlab.experiments import ch05_capacity as ex
+from memlab.report import paper
 
 claims_mod = importlib.import_module("memlab.experiments.ch05_capacity.claims")
 

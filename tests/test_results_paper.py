@@ -7,8 +7,9 @@ import pytest
 import torch
 import yaml
 
-from memlab import paper, results
-from memlab.config import Config
+from memlab.core import results
+from memlab.core.config import Config
+from memlab.report import paper
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,7 +167,7 @@ def test_sanity_checks_are_labelled_and_counted_apart():
 
 
 def test_scale_changes_read_from_the_yaml_and_shown_as_sentences(fake_paper):
-    from memlab import pagekit
+    from memlab.report import pagekit
 
     assert paper.scale_changes("ch") == [] and pagekit.scale_changes_text("ch") == ""
     data = yaml.safe_load((fake_paper / "ch.yaml").read_text())

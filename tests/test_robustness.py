@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from memlab import book, robustness
-from memlab.chapters import CHAPTERS
-from memlab.config import ConfigError
+from memlab.core.chapters import CHAPTERS
+from memlab.core.config import ConfigError
+from memlab.report import book, robustness
 
 CHAPTER = next(iter(CHAPTERS))
 
@@ -96,7 +96,7 @@ def test_a_sweep_of_earlier_chapter_code_is_marked_and_left_off_the_scorecard(tm
 
 
 def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
-    from memlab import results
+    from memlab.core import results
 
     fp = results.chapter_code(CHAPTER)
     assert fp is not None and len(fp) == 12 and fp == results.chapter_code(CHAPTER)
@@ -106,7 +106,7 @@ def test_the_chapter_code_fingerprint_follows_the_chapter_sources():
 def test_a_chapter_that_runs_another_changes_its_fingerprint_with_that_chapters_code(tmp_path, monkeypatch):
     """Chapter 6 runs chapters 1 and 3 at their defaults: editing chapter 3's spec changes chapter 6's
     numbers, so it must change chapter 6's fingerprint (its published sweep is then earlier code)."""
-    from memlab import chapters, config, results
+    from memlab.core import chapters, config, results
 
     for name in ("zz_up", "zz_down"):
         (tmp_path / name).mkdir()
@@ -179,7 +179,7 @@ def _sweep_run(sweep_dir, chapter: str, run: str, params: dict, code: str | None
 
 
 def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
-    from memlab import results
+    from memlab.core import results
 
     chapter = "05_capacity"
     sweep_dir = tmp_path / "sweep"
@@ -205,7 +205,7 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
     assert (sweep_dir / "seed-0" / "chapters" / f"{chapter}.ipynb").exists()  # the sweep keeps its run
     assert not [p for p in root.iterdir() if p.name.startswith(".")]  # no staging folder left
     # the run that made the page is in the cost log, as a memlab run's would be: a cold run here
-    from memlab import costs
+    from memlab.core import costs
 
     (rec,) = costs.read_log(root)
     assert (rec["chapter"], rec["kind"], rec["cpu_s"], rec["wall_s"], rec["trained"]) == (chapter, "cold", 1100.0, 612.5, 3)
@@ -231,7 +231,7 @@ def test_a_published_sweep_figure_is_shown_under_its_table(tmp_path):
 
 def _pooled_sweep(tmp_path, margins, code="c0de"):
     """A sweep folder of one run per margin (seeds 0, 1, ...) of claim c1 (band 0.5), summarised."""
-    from memlab import sweep
+    from memlab.report import sweep_summary
 
     sweep_dir = tmp_path / "pooled-sweep"
     runs = [f"seed-{s}" for s in range(len(margins))]
@@ -244,7 +244,7 @@ def _pooled_sweep(tmp_path, margins, code="c0de"):
                          "evidence": f"m={m}", "kind": "claim", "margin": m, "band": 0.5, "what": "q"}]}))
     (sweep_dir / "sweep.json").write_text(json.dumps(
         {"chapter": CHAPTER, "profile": "cpu", "axes": {"seed": list(range(len(margins)))}, "runs": runs}))
-    summary = sweep.summarize(sweep_dir)
+    summary = sweep_summary.summarize(sweep_dir)
     (sweep_dir / "summary.json").write_text(json.dumps(summary))
     return sweep_dir, summary
 
@@ -262,7 +262,7 @@ def test_summary_pools_each_claim_over_the_seeds(tmp_path, margins, verdict):
 
 
 def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path):
-    from memlab import pagekit
+    from memlab.report import pagekit
 
     sweep_dir, _ = _pooled_sweep(tmp_path, [0.4, 0.45, 0.42])
     root = tmp_path / "book"
@@ -278,7 +278,7 @@ def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path)
     assert "not judged in all 3 runs" in section and "0 of 0" not in section
     card = book.write_scorecard(root).read_text()
     assert "verdicts pooled over 3 seeds" in card
-    from memlab.paper import VERDICTS
+    from memlab.report.paper import VERDICTS
 
     line = next(l for l in card.splitlines() if l.startswith(f"| {CHAPTERS[CHAPTER].title} |"))
     cells = dict(zip(VERDICTS, [c.strip() for c in line.strip("|").split("|")][2:]))
@@ -292,8 +292,8 @@ def test_page_and_scorecard_show_the_pooled_verdict_of_a_current_sweep(tmp_path)
 
 
 def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
-    from memlab import pagekit
-    from memlab.results import chapter_code
+    from memlab.core.results import chapter_code
+    from memlab.report import pagekit
 
     sweep_dir, _ = _pooled_sweep(tmp_path, [0.4, 0.45, 0.42], code=chapter_code(CHAPTER))
     root = tmp_path / "book"
@@ -307,7 +307,7 @@ def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
     # the chapter's claims table gets the pooled verdicts beside this run's, as its Across seeds column
     across = pagekit.pooled_across(CHAPTER, book=root)
     assert across == {"c1": "reproduced, pooled over 3 seeds; per seed: not judged in all 3 runs"}
-    from memlab import paper
+    from memlab.report import paper
 
     html = paper.claims_table(own, across=across)._repr_html_()
     assert "<th>Across seeds</th>" in html and "reproduced, pooled over 3 seeds" in html
@@ -316,7 +316,7 @@ def test_findings_read_the_pooled_verdicts_of_a_sweep_of_todays_code(tmp_path):
     robustness.publish(stale, tmp_path / "old-book")
     assert pagekit.pooled_across(CHAPTER, book=tmp_path / "old-book") is None  # earlier code: no column
     # the terminal's closing line of a run says the same
-    from memlab import runner
+    from memlab.run import runner
 
     assert "pooled over 3 seeds" in runner.verdict_basis(CHAPTER, book=root)
     assert runner.verdict_basis(CHAPTER, book=tmp_path / "old-book") == "verdicts single-seed (one run)"
@@ -329,6 +329,6 @@ def test_an_old_summary_without_pooled_rows_still_renders(tmp_path):
 
 
 def pooling_basis(n):
-    from memlab import pooling
+    from memlab.report import pooling
 
     return pooling.basis_words(n)

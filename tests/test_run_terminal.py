@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from memlab import cli, relay
+from memlab import cli
+from memlab.core import relay
 from conftest import install_fake_chapter
 
 REPO = Path(__file__).resolve().parents[1]
 
 FAKE_SPEC = '''
-from memlab.config import Param
+from memlab.core.config import Param
 SPEC = {"seed": Param(int, 0, low=0), "sleep": Param(float, 0.0, low=0.0)}
 '''
 
@@ -31,12 +32,12 @@ import sys, time
 sys.path.insert(0, {spec_dir!r})
 import term_spec
 import torch
-from memlab import cache, config, results
+from memlab.core import cache, config, results
 cfg = config.resolve_spec("fake", term_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 
 # %%
-from memlab.progress import progress
+from memlab.core.progress import progress
 for _ in progress(range(4), desc="fake steps", mininterval=0):
     time.sleep(cfg.sleep / 4)
 make = lambda: {"w": torch.ones(8)}
@@ -84,7 +85,9 @@ RUNNER = '''
 import sys
 from pathlib import Path
 sys.path.insert(0, {spec_dir!r})
-from memlab import chapters, cli, runner
+from memlab import cli
+from memlab.core import chapters
+from memlab.run import runner
 chapters.CHAPTERS["fake"] = chapters.Chapter("fake", "Fake", "term_spec", "none.txt")
 cli.repo_root = runner.repo_root = lambda: Path({root!r})
 sys.exit(cli.main(["run", "fake", "--profile", "smoke", "-p", "sleep", sys.argv[1]]))
@@ -116,7 +119,7 @@ def test_a_killed_run_leaves_its_kernel_files_where_the_next_run_removes_them(fa
 
 
 def test_a_sweeps_run_relays_its_progress_to_its_file_for_the_sweeps_bar(fake, capsys, monkeypatch):
-    from memlab import runner, sweep
+    from memlab.run import runner, sweep
 
     root, _ = fake
     monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # even as on a terminal: a sweep's run shows nothing itself

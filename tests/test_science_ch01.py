@@ -1,14 +1,14 @@
 """Science that chapter 1 uses, tested on its own: the patch shuffle of memlab.data.vision, the
-correlation tests of memlab.metrics and the unlearning step loop of memlab.unlearning._common."""
+correlation tests of memlab.science.metrics and the unlearning step loop of memlab.science.unlearning._common."""
 import numpy as np
 import pytest
 import torch
 from scipy import stats
 from torch import nn
 
-from memlab import metrics
 from memlab.data.vision import patch_shuffle
-from memlab.unlearning._common import index_stream, optimise_steps
+from memlab.science import metrics
+from memlab.science.unlearning._common import index_stream, optimise_steps
 
 
 def _tiles(img: torch.Tensor, patch: int) -> list:

@@ -1,14 +1,14 @@
 """Unit tests of the science chapter 2 moved out of its package: F1 and its bootstrap band
-(memlab.metrics), outputs at each depth and top-1 accuracy (memlab.probes)."""
+(memlab.science.metrics), outputs at each depth and top-1 accuracy (memlab.science.probes)."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from memlab import metrics, probes
 from memlab.models.resnet import resnet18
+from memlab.science import metrics, probes
 
-# ----------------------------------------------------------------------------- memlab.metrics: F1
+# ----------------------------------------------------------------------------- memlab.science.metrics: F1
 
 
 def test_f1_score_closed_form():
@@ -55,7 +55,7 @@ def test_f1_band_matches_a_direct_bootstrap():
     assert metrics.f1_band(labels, verdicts) == pytest.approx((hi - lo) / 2, abs=1e-12)
 
 
-# ----------------------------------------------------------------------------- memlab.probes: outputs, accuracy
+# ----------------------------------------------------------------------------- memlab.science.probes: outputs, accuracy
 
 
 def test_layer_outputs_shapes_and_reference_values():

@@ -1,5 +1,5 @@
-"""Science that chapter 3 calls from the library: padded batches and LoRA (memlab.lm), chat tags,
-probe scoring and summaries (memlab.canaries). Closed forms, invariances, clear errors."""
+"""Science that chapter 3 calls from the library: padded batches and LoRA (memlab.models.lm), chat tags,
+probe scoring and summaries (memlab.science.canaries). Closed forms, invariances, clear errors."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import canaries, lm
+from memlab.models import lm
+from memlab.science import canaries
 
 
 # ----------------------------------------------------------------------------- lm.pad_sequences
@@ -55,7 +56,7 @@ class _Causal(torch.nn.Module):
 
 def test_right_padded_probes_do_not_depend_on_the_batch():
     # padding must leave every item's scores as they are when it is scored alone
-    from memlab import lenses
+    from memlab.science import lenses
 
     model = _Causal()
     ctx, tgt = [[1, 2, 3], [4], [5, 6, 7, 8, 9]], [[2, 3], [7, 8, 1], [4]]

@@ -1,6 +1,6 @@
 """Unit tests of the science chapter 4 (Q-Skew) moved out of its package: the WikiText parser and token
-blocks (memlab.data.text), the ROC rows, AUC band, context regime and gain summary (memlab.metrics),
-the PII attack (memlab.mia) and the tokenizer adapters, LoRA and snapshot helpers
+blocks (memlab.data.text), the ROC rows, AUC band, context regime and gain summary (memlab.science.metrics),
+the PII attack (memlab.science.mia) and the tokenizer adapters, LoRA and snapshot helpers
 (memlab.models.diffusion_lm)."""
 import math
 import os
@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn as nn
 
-from memlab import metrics, mia
 from memlab.data import text as T
 from memlab.models import diffusion_lm as dlm
+from memlab.science import metrics, mia
 
 DATA = Path(os.environ.get("MEMLAB_DATA_ROOT", Path(__file__).resolve().parents[2] / "shared" / "data"))
 VALID = DATA / "wikitext-2" / "valid.txt"
@@ -89,7 +89,7 @@ def test_stream_blocks_instruction_pairs_and_perturb_refuse_bad_input():
     assert torch.equal(T.perturb(ids, elig, 0.5, 50, (0,), 4), T.perturb(ids, elig, 0.5, 50, (0,), 4))
 
 
-# --- memlab.metrics ----------------------------------------------------------------------------------
+# --- memlab.science.metrics ----------------------------------------------------------------------------------
 
 def test_roc_row_matches_roc_metrics_and_drops_unsupported_tprs():
     rng = np.random.default_rng(0)
@@ -160,7 +160,7 @@ def test_gain_summary_divides_by_the_expected_masked_steps():
         metrics.gain_summary(np.array([]), 0.5, 4)
 
 
-# --- memlab.mia --------------------------------------------------------------------------------------
+# --- memlab.science.mia --------------------------------------------------------------------------------------
 
 def _tiny(seed=0, vocab=24):
     torch.manual_seed(seed)

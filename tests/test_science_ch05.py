@@ -1,5 +1,5 @@
-"""Tests of the science chapter 5 moved out of its package: memlab.capacity's data grid, noise and
-law helpers, and the one optimiser step the language-model trainers share (memlab.train)."""
+"""Tests of the science chapter 5 moved out of its package: memlab.science.capacity's data grid, noise and
+law helpers, and the one optimiser step the language-model trainers share (memlab.models.train)."""
 
 import math
 
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from memlab import capacity as cap
-from memlab import metrics, paper
-from memlab.train import optimizer_step
+from memlab.models.train import optimizer_step
+from memlab.report import paper
+from memlab.science import capacity as cap
+from memlab.science import metrics
 
 LAW = {c: paper.number("05_capacity", f"law_{c}") for c in ("c1", "c2", "c3")}
 

@@ -1,8 +1,8 @@
-"""The science chapter 6 moved into memlab.lenses: SDE on a forget set and membership AUCs."""
+"""The science chapter 6 moved into memlab.science.lenses: SDE on a forget set and membership AUCs."""
 import numpy as np
 import pytest
 
-from memlab import lenses, metrics, sde
+from memlab.science import lenses, metrics, sde
 
 
 def _cloud(rng, n, d, scale):

@@ -1,9 +1,9 @@
-"""Unit tests of memlab.sde: HSIC closed forms, the vectorised shuffles, the decision, the baselines."""
+"""Unit tests of memlab.science.sde: HSIC closed forms, the vectorised shuffles, the decision, the baselines."""
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
 
-from memlab import sde
+from memlab.science import sde
 
 
 def rng(seed=0):

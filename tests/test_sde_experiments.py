@@ -5,14 +5,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab import config, probes
-from memlab.config import ConfigError
+from memlab.core import config
+from memlab.core.config import ConfigError
 from memlab.experiments import ch02_sde as ex
 from memlab.experiments.ch02_sde import stages
 from memlab.models.resnet import resnet18
-from memlab.unlearning import registry
-from memlab.unlearning.sparsity import l1_coefficient, l1_norm
-from memlab.unlearning.unroll import accumulate_forget_gradient, forget_gradient
+from memlab.science import probes
+from memlab.science.unlearning import registry
+from memlab.science.unlearning.sparsity import l1_coefficient, l1_norm
+from memlab.science.unlearning.unroll import accumulate_forget_gradient, forget_gradient
 
 
 def toy_splits(n_forget=12, n_retain=24, d=6, k=3, seed=0):
@@ -323,7 +324,7 @@ def fake_metrics(**changes):
 
 
 def test_claims_on_paper_like_and_contrary_metrics():
-    from memlab import paper
+    from memlab.report import paper
 
     good = paper.evaluate(ex.claims(), fake_metrics(), "cpu")
     assert all(v["verdict"] == paper.REPRODUCED for v in good), good
@@ -340,7 +341,7 @@ def test_claims_on_paper_like_and_contrary_metrics():
 
 
 def test_claims_inside_noise_and_failed_preconditions_are_not_judged():
-    from memlab import paper
+    from memlab.report import paper
 
     t3 = fake_metrics()["table3"]
     wrecked = {**t3, "Unroll": {**t3["Unroll"], "Acc_r (%)": 30.0, "Acc_r recal. (%)": 60.0}}

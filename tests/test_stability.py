@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from memlab import robustness, stability, sweep
-from memlab.chapters import CHAPTERS
-from memlab.results import chapter_code
+from memlab.core.chapters import CHAPTERS
+from memlab.core.results import chapter_code
+from memlab.report import robustness, stability, sweep_summary
 
 CHAPTER = "02_sde"
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,9 +24,9 @@ def _verdict(m: float, band: float) -> str:
 def _sweep(folder: Path, margins: list[float], device: str, threads: int, code: str | None = "c0de",
            vote: list[str] | None = None, band: float = 0.5, gated: bool = False) -> dict:
     """A real sweep folder (one run per margin, seeds 0, 1, ...) of claim c1 (a margin, ``band``) and,
-    with ``vote``, claim c2 (a verdict with no margin); summarised by :func:`memlab.sweep.summarize`.
+    with ``vote``, claim c2 (a verdict with no margin); summarised by :func:`memlab.report.sweep_summary.summarize`.
     ``gated``: c1's regime gate fails in every run, so its published verdict is outside the regime and
-    its own verdict is kept as ``ungated`` (as :func:`memlab.paper.evaluate` writes it)."""
+    its own verdict is kept as ``ungated`` (as :func:`memlab.report.paper.evaluate` writes it)."""
     runs = [f"seed-{s}" for s in range(len(margins))]
     for s, (run, m) in enumerate(zip(runs, margins)):
         (folder / run / "results").mkdir(parents=True)
@@ -49,7 +49,7 @@ def _sweep(folder: Path, margins: list[float], device: str, threads: int, code: 
                             "git_commit": "abc", "wall_time_s": 10.0}}))
     (folder / "sweep.json").write_text(json.dumps(
         {"chapter": CHAPTER, "profile": "cpu", "axes": {"seed": list(range(len(margins)))}, "runs": runs}))
-    return sweep.write_summary(folder)
+    return sweep_summary.write_summary(folder)
 
 
 AVX512 = "cpu (Intel Xeon, AVX512)"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from memlab import bundle, exercises
+from memlab.course import bundle, exercises
 
 REPO = Path(__file__).resolve().parents[1]
 CHAPTER = "02_sde"  # the notebook run from the installed bundle (a few seconds)
@@ -142,7 +142,7 @@ def test_the_bundle_installs_offline_and_its_notebook_runs_from_the_wheel(course
     print(f"bundle: fresh venv and offline install in {time.perf_counter() - t0:.1f} s")
 
     # memlab finds the course folder from a notebook's folder; the wheel's memlab, not this checkout's.
-    probe = subprocess.run([str(py), "-c", "import memlab; from memlab.config import repo_root; "
+    probe = subprocess.run([str(py), "-c", "import memlab; from memlab.core.config import repo_root; "
                             "print(memlab.__file__); print(repo_root())"], cwd=course / "assignments",
                            env=_env(), capture_output=True, text=True, timeout=120)
     where, root = probe.stdout.split()

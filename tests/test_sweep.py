@@ -9,12 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from memlab import cli, sweep
+from memlab import cli
+from memlab.report import sweep_summary
+from memlab.run import sweep
 from conftest import install_fake_chapter
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 
 FAKE_SPEC = '''
-from memlab.config import Param
+from memlab.core.config import Param
 SPEC = {"seed": Param(int, 0, low=0), "n": Param(int, 3, low=1, high=5), "fail": Param(bool, False),
         "sleep": Param(float, 0.0, low=0), "marker_dir": Param(str, ""), "budgets": Param(list, [1], item=int)}
 '''
@@ -30,7 +32,7 @@ params: dict = {}
 import os, sys, time
 sys.path.insert(0, {spec_dir!r})
 import fake_spec
-from memlab import config, results
+from memlab.core import config, results
 cfg = config.resolve_spec("fake", fake_spec.SPEC, profile, **params)
 run = results.Run(cfg)
 if cfg.marker_dir:
@@ -50,7 +52,9 @@ PRELOAD = '''
 import sys
 from pathlib import Path
 sys.path.insert(0, {spec_dir!r})
-from memlab import chapters, cli, runner
+from memlab import cli
+from memlab.core import chapters
+from memlab.run import runner
 chapters.CHAPTERS["fake"] = chapters.Chapter("fake", "Fake", "fake_spec", "none.txt")
 cli.repo_root = runner.repo_root = lambda: Path({root!r})
 '''
@@ -82,11 +86,11 @@ def test_grid_syntax(fake_project):
 def test_interval_is_student_t():
     from scipy import stats
 
-    s = sweep.interval([1.0, 2.0, 4.0])
+    s = sweep_summary.interval([1.0, 2.0, 4.0])
     lo, hi = stats.t.interval(0.95, 2, loc=7 / 3, scale=stats.sem([1.0, 2.0, 4.0]))
     assert s["mean"] == pytest.approx(7 / 3) and s["ci95"] == pytest.approx([lo, hi])
-    assert sweep.interval([5.0])["ci95"] is None and sweep.interval([2.0, 2.0])["ci95"] == [2.0, 2.0]
-    assert sweep.flatten({"a": 1, "b": {"c": 2.5, "d": True, "e": [1]}, "f": float("nan")}) == {"a": 1.0, "b.c": 2.5}
+    assert sweep_summary.interval([5.0])["ci95"] is None and sweep_summary.interval([2.0, 2.0])["ci95"] == [2.0, 2.0]
+    assert sweep_summary.flatten({"a": 1, "b": {"c": 2.5, "d": True, "e": [1]}, "f": float("nan")}) == {"a": 1.0, "b.c": 2.5}
 
 
 def test_bad_value_in_any_combination_stops_before_work(fake_project, capsys):
@@ -170,7 +174,7 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     assert cli.main(argv) == 0  # the second invocation runs nothing, starts no cluster
     printed = capsys.readouterr().out
     assert "4 already complete, 0 to run" in printed and "LocalCluster" not in printed
-    (timing,) = json.loads((sweep_dir / sweep.TIMING_FILE).read_text())  # a resume that ran nothing adds none
+    (timing,) = json.loads((sweep_dir / sweep_summary.TIMING_FILE).read_text())  # a resume that ran nothing adds none
     assert timing["executed"] == 4 and timing["workers"] == 2 and timing["threads"] == 1
     assert (sweep_dir / "summary.json").read_bytes() == before
     assert {r: (sweep_dir / r / "run.json").stat().st_mtime_ns for r in runs} == stamps
@@ -219,7 +223,7 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
         assert summary["groups"][0]["metrics"]["total"]["mean"] == pytest.approx(3 * (1 + 2 + 3) / 3)
         # the Dask workers have MALLOC_TRIM_THRESHOLD_ set; the kernels run with glibc's default
         assert summary["groups"][0]["metrics"]["default_malloc"]["mean"] == 1
-        (timing,) = json.loads((sweep_dir / sweep.TIMING_FILE).read_text())
+        (timing,) = json.loads((sweep_dir / sweep_summary.TIMING_FILE).read_text())
         # the sweep's wall time covers its runs: three 4-second sleeps on two workers, one run twice
         assert timing["executed"] == 3 and timing["cluster"] == "scheduler" and timing["wall_s"] >= 8
 
@@ -243,11 +247,11 @@ def test_killed_worker_and_failing_run(fake_project, capsys):
 
 def test_a_run_of_earlier_chapter_code_is_not_complete(tmp_path):
     """Resuming skips a run only if it ran the chapter's current code; an older run is run again."""
-    from memlab import results
+    from memlab.core import results
 
     folder = tmp_path / "seed-1"
     (folder / "results").mkdir(parents=True)
-    (folder / sweep.RUN_FILE).write_text(json.dumps({"chapter": "05_capacity", "profile": "cpu",
+    (folder / sweep_summary.RUN_FILE).write_text(json.dumps({"chapter": "05_capacity", "profile": "cpu",
                                                      "params": {"seed": 1}}))
 
     def write(code):

@@ -6,8 +6,9 @@ import os
 import pytest
 
 from conftest import SEED_SPEC, install_fake_chapter, seed_chapter_notebook
-from memlab import cli, config
-from memlab.config import ConfigError
+from memlab import cli
+from memlab.core import config
+from memlab.core.config import ConfigError
 
 NOTEBOOK = seed_chapter_notebook("threads_spec", """
 run.record(torch_threads=torch.get_num_threads(), omp=os.environ.get("OMP_NUM_THREADS"))

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab import bn
+from memlab.science import bn
 from memlab.models.resnet import resnet18
-from memlab.unlearning import registry
-from memlab.unlearning.pgu import core_projections
-from memlab.unlearning.retrain import reinitialise
-from memlab.unlearning.salun import saliency_mask
-from memlab.unlearning._common import UnlearningDiverged, check_finite
-from memlab.unlearning.ssd import dampen, importances
+from memlab.science.unlearning import registry
+from memlab.science.unlearning.pgu import core_projections
+from memlab.science.unlearning.retrain import reinitialise
+from memlab.science.unlearning.salun import saliency_mask
+from memlab.science.unlearning._common import UnlearningDiverged, check_finite
+from memlab.science.unlearning.ssd import dampen, importances
 
 BN_MODES = {"Retrain": "n/a", "GA": "train", "GA+FT": "train", "SalUn": "train", "SCRUB": "train",
             "BadTeacher": "eval", "IncompTeacher": "train", "NoiseInject": "mixed", "SSD": "eval", "PGU": "eval"}

@@ -1,12 +1,12 @@
-"""Command line: run a chapter, run every chapter, render the book (memlab.book), sweep (memlab.sweep).
+"""Command line: run a chapter, run every chapter, render the book (memlab.report.book), sweep (memlab.run.sweep).
 
     memlab run CHAPTER [--profile P] [-p NAME VALUE ...] [--dry-run] [--no-cache] [--book-dir DIR]
-    memlab book [--profile P] [--chapters ID ...] [--jobs N] [--threads N]   (memlab.bookrun)
+    memlab book [--profile P] [--chapters ID ...] [--jobs N] [--threads N]   (memlab.run.bookrun)
     memlab render [--root DIR]
     memlab list
-    memlab exercises build [CHAPTER ...] [--book] | memlab exercises grade PATH ...   (memlab.exercises)
-    memlab sweep CHAPTER [--profile P] -p NAME VALUES ... | memlab sweep --summary DIR   (memlab.sweep)
-    memlab compare A B | memlab compare CHAPTER [--json PATH|-] [--strict]   (memlab.compare)
+    memlab exercises build [CHAPTER ...] [--book] | memlab exercises grade PATH ...   (memlab.course.exercises)
+    memlab sweep CHAPTER [--profile P] -p NAME VALUES ... | memlab sweep --summary DIR   (memlab.run.sweep)
+    memlab compare A B | memlab compare CHAPTER [--json PATH|-] [--strict]   (memlab.report.compare)
 
 ``run`` checks the chapter name, every parameter name and value against the
 chapter's SPEC (the one declaration of its parameters; ``memlab list`` prints
@@ -23,12 +23,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from memlab.chapters import CHAPTERS
-from memlab.book import BuildError, render
-from memlab import exercises
-from memlab.config import (COMPILE_ENV, DEFAULT_PROFILE, PROFILES, ConfigError, Param, compile_enabled, repo_root,
-                           thread_count)
-from memlab.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
+from memlab.core.chapters import CHAPTERS
+from memlab.core.config import (COMPILE_ENV, DEFAULT_PROFILE, PROFILES, ConfigError, Param, compile_enabled, repo_root,
+                                thread_count)
+from memlab.course import exercises
+from memlab.report.book import BuildError, render
+from memlab.run.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
     print_estimate,
     RunError, book_folder, flag_env, parse_params, parse_value, run_chapter, set_flag_env, validate,
 )
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd = sub.add_parser("render", help="render the HTML book from the executed chapters")
     rd.add_argument("--root", default=None, help="project folder holding _config.yml, _toc.yml and book/")
     sub.add_parser("list", help="list the chapters and their parameters")
-    cp = sub.add_parser("compare", help="do two runs of a chapter agree? (memlab.compare)",
+    cp = sub.add_parser("compare", help="do two runs of a chapter agree? (memlab.report.compare)",
                         description="Compare two runs of a chapter: every verdict that changed, every metric "
                                     "whose difference lies outside its band (each band's rule is named), the "
                                     "provenance that differs (CPU, vector ISA, threads, code, parameters) and "
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "(- for stdout, instead of the text)")
     cp.add_argument("--strict", action="store_true",
                     help="count differences with no band known as differences (exit 1)")
-    exercises.add_subparser(sub)  # memlab exercises build|grade (memlab.exercises)
+    exercises.add_subparser(sub)  # memlab exercises build|grade (memlab.course.exercises)
     sw = sub.add_parser("sweep", help="run a chapter over a grid of parameter values on Dask",
                         description="Run the Cartesian product of the -p values as independent chapter runs "
                                     "(one folder each, never the published book). VALUES: one value, a list "
@@ -188,7 +188,7 @@ def _kind_text(p: Param) -> str:
 
 def list_lines(chapter: str) -> list[str]:
     """``memlab list`` for one chapter: a line per name ``-p`` accepts (kind, range, default per profile)."""
-    from memlab.config import chapter_module
+    from memlab.core.config import chapter_module
 
     lines = []
     for name, p in chapter_module(chapter).SPEC.items():
@@ -206,8 +206,9 @@ def list_lines(chapter: str) -> list[str]:
 
 
 def _sweep_command(parser, args, pairs) -> None:
-    """``memlab sweep``: the summary of a folder, or a sweep (:mod:`memlab.sweep`)."""
-    from memlab import sweep
+    """``memlab sweep``: the summary of a folder, or a sweep (:mod:`memlab.run.sweep`)."""
+    from memlab.report import sweep_summary
+    from memlab.run import sweep
 
     if args.summary:
         if args.chapter or pairs:
@@ -215,10 +216,10 @@ def _sweep_command(parser, args, pairs) -> None:
         if args.page and not args.publish:
             parser.error("--page RUN goes with --summary DIR --publish")
         folder = Path(args.summary).expanduser()
-        sweep.write_summary(folder)
+        sweep_summary.write_summary(folder)
         print(f"summary: {folder / 'summary.json'}")
         if args.publish:
-            from memlab import robustness
+            from memlab.report import robustness
 
             if args.page:  # checked (complete, defaults, current code) before the summary is copied
                 print(f"published page: {robustness.publish_page(folder, args.page, repo_root() / 'book')}")
@@ -245,10 +246,10 @@ def _sweep_command(parser, args, pairs) -> None:
 
 
 def _compare_command(args) -> int:
-    """``memlab compare``: the reports of :mod:`memlab.compare`, as text and/or JSON; its exit code."""
+    """``memlab compare``: the reports of :mod:`memlab.report.compare`, as text and/or JSON; its exit code."""
     import json
 
-    from memlab import compare
+    from memlab.report import compare
 
     try:
         if args.b is None:
@@ -273,7 +274,7 @@ def _compare_command(args) -> int:
         print(("\n" if i else "") + "\n".join(compare.lines(r)))
     print("\n" + compare.verdict_line(reports, args.strict))
     if args.json is not None:
-        from memlab.results import write_json_atomic
+        from memlab.core.results import write_json_atomic
 
         write_json_atomic(Path(args.json).expanduser(), payload)
         print(f"report: {args.json}")
@@ -296,7 +297,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("run", "book"):
             thread_count(args.threads)  # a bad --threads or OMP_NUM_THREADS is refused first
         if args.command == "book":
-            from memlab.bookrun import jobs_count
+            from memlab.run.bookrun import jobs_count
 
             jobs_count(args.jobs, args.threads)
         if getattr(args, "compile", False):
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         args.log_output, allow_cpu=args.allow_cpu, trust_remote_code=args.trust_remote_code,
                         threads=args.threads)
         elif args.command == "book":
-            from memlab.bookrun import book_command
+            from memlab.run.bookrun import book_command
 
             book_command(args, repo_root(), render)
         elif args.command == "sweep":

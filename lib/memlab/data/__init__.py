@@ -1,1 +1,4 @@
-"""Data access: CIFAR images, text corpora and tokenizers, synthetic sets, splits."""
+"""Layer data: CIFAR images, text corpora and tokenizers, synthetic sets, splits, downloads.
+
+May import: core.
+"""

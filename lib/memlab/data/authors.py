@@ -202,7 +202,7 @@ class GenericProbe:
 
 
 def generic_probes_path() -> Path:
-    from memlab.config import repo_root
+    from memlab.core.config import repo_root
 
     return repo_root() / "data" / "generic_probes.csv"
 

@@ -19,7 +19,7 @@ def allow_download(download: bool | None = None) -> bool:
 
 def download_dir() -> Path:
     """Where downloaded data sets go: ``$MEMLAB_DOWNLOAD_DIR``, default ``<repo>/data`` (ignored by git)."""
-    from memlab.config import repo_root
+    from memlab.core.config import repo_root
 
     env = os.environ.get("MEMLAB_DOWNLOAD_DIR")
     return Path(env).expanduser() if env else repo_root() / "data"

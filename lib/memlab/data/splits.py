@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 
 
 def class_split(y, forget_classes, num_classes: int | None = None) -> tuple[np.ndarray, np.ndarray]:

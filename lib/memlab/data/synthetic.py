@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 
 
 def check_token_setting(n_samples: int, seq_len: int, vocab_size: int) -> None:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from memlab.config import ConfigError, data_root
+from memlab.core.config import ConfigError, data_root
 
 WIKITEXT_SPLITS = {"valid": "valid.txt", "test": "test.txt", "train": "train.txt"}
 _EXAMPLES = ("https://raw.githubusercontent.com/pytorch/examples/{commit}/"
@@ -62,9 +62,9 @@ def fetch_wikitext2(split: str, dest: Path | None = None, opener: Callable | Non
     The file is written under a temporary name and renamed only after its
     SHA-256 matched, so a failed or tampered download leaves nothing behind.
     """
+    from memlab.core.fsutil import tmp_path
+    from memlab.core.progress import progress
     from memlab.data.download import download_dir
-    from memlab.fsutil import tmp_path
-    from memlab.progress import progress
 
     if split not in WIKITEXT_SOURCES:
         raise ConfigError(f"parameter 'split': WikiText-2 {split!r} has no pinned download "
@@ -234,15 +234,15 @@ def wikitext_sentences(text: str, n: int, seed: int = 0, min_words: int = 8, max
 
 def _report_damaged(path: Path, err: BaseException) -> None:
     """Warn once that a cached file is unreadable and remove it, so it is rebuilt."""
-    from memlab import notices
-    from memlab.cache import CacheWarning
+    from memlab.core import notices
+    from memlab.core.cache import CacheWarning
 
     notices.warn(f"cache: {path} is damaged ({type(err).__name__}); rebuilding it", CacheWarning, stacklevel=3)
     path.unlink(missing_ok=True)
 
 
 def tokenizer_cache_dir() -> Path:
-    from memlab.cache import sibling_dir
+    from memlab.core.cache import sibling_dir
 
     return sibling_dir("tokenizers")
 
@@ -287,7 +287,7 @@ def train_bpe(
         vocab_size=vocab_size, special_tokens=list(special_tokens), initial_alphabet=alphabet, show_progress=False
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    from memlab.fsutil import tmp_path
+    from memlab.core.fsutil import tmp_path
 
     tmp = tmp_path(path.parent, path.name)
     try:

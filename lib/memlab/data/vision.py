@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from memlab.config import ConfigError, data_root
+from memlab.core.config import ConfigError, data_root
+from memlab.core.progress import progress
 from memlab.data.download import allow_download, download_dir  # noqa: F401 - part of this module's API
-from memlab.progress import progress
 
 DATASETS = {"cifar10": 10, "cifar100": 100}
 SPLITS = ("train", "test")
@@ -36,13 +36,13 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 
 def array_cache_dir() -> Path:
-    from memlab.cache import sibling_dir
+    from memlab.core.cache import sibling_dir
 
     return sibling_dir("arrays")
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    from memlab.fsutil import write_atomic
+    from memlab.core.fsutil import write_atomic
 
     write_atomic(path, lambda f: np.save(f, array))  # a file object, so np.save adds no ".npy" suffix
 
@@ -225,7 +225,7 @@ def _torchvision_present(dataset: str) -> bool:
 
 
 def _array_paths(dataset: str, split: str, fp: str) -> tuple[Path, Path]:
-    from memlab.cache import cache_path
+    from memlab.core.cache import cache_path
 
     folder = cache_path().parent / "arrays"  # not created here: a preflight writes nothing
     stamp = f"{dataset}-{split}-{fp}"

@@ -22,9 +22,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from memlab.config import autocast
-from memlab.progress import progress
-from memlab.train import optimizer_step
+from memlab.core.config import autocast
+from memlab.core.progress import progress
+from memlab.models.train import optimizer_step
 
 # Mask-token ids and logit conventions of the paper's models. Dream is adapted
 # from an autoregressive model, so its logit at position i predicts token i+1;
@@ -523,7 +523,7 @@ def train_snapshots(start: nn.Module, ids: torch.Tensor, *, keep, epochs: int, b
     ids / eligible / attention_mask: (N, L) training set; ``lora_rank > 0`` trains a
     LoRA adapter (:func:`with_lora`) and keeps only the adapter tensors, which keeps
     8B snapshots small. Returns ``{"<epoch>/<parameter name>": tensor (on CPU)}``, the
-    form :func:`load_snapshot` reads (and ``memlab.cache`` stores).
+    form :func:`load_snapshot` reads (and ``memlab.core.cache`` stores).
     """
     import copy
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from memlab.config import ConfigError
-from memlab.progress import progress
-from memlab.train import optimizer_step
+from memlab.core.config import ConfigError
+from memlab.core.progress import progress
+from memlab.models.train import optimizer_step
 
 _SIZE = re.compile(r"^(\d+)x(\d+)$")
 PRECISIONS = ("fp32", "bf16")
@@ -103,12 +103,37 @@ def build(size: Size | str, vocab_size: int, seq_len: int, precision: str = "fp3
     return model.to(device=device, dtype=DTYPES[precision])
 
 
+def token_log_probs(model, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """(B, S, V) log-probabilities (float32; float64 for a float64 model) of each position's token given
+    the earlier ones.
+
+    tokens: (B, S) int64; a BOS token (id ``vocab_size``) is prepended and the
+    last position dropped, so position i is predicted from tokens < i.
+    """
+    bos = torch.full((tokens.shape[0], 1), vocab_size, dtype=tokens.dtype, device=tokens.device)
+    inputs = torch.cat([bos, tokens[:, :-1]], dim=1)
+    logits = model(input_ids=inputs).logits[..., :vocab_size]
+    return F.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+
+
 def lm_loss(model, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Mean next-token cross-entropy (nats) of a (B, S) batch after a BOS token."""
-    from memlab.capacity import token_log_probs
-
     logp = token_log_probs(model, tokens, vocab_size)
     return F.nll_loss(logp.reshape(-1, vocab_size), tokens.reshape(-1))
+
+
+def plateaued(history: Sequence[float], patience: int, tol: float) -> bool:
+    """The plateau rule: stop when the last ``patience`` evaluations gained < tol.
+
+    history: memorisation (bits) at each evaluation, in order. The gain is the
+    best of the last ``patience`` values over the best before them, relative to
+    the larger of that earlier best and 1 bit.
+    """
+    if len(history) <= patience:
+        return False
+    before = max(history[:-patience])
+    recent = max(history[-patience:])
+    return (recent - before) < tol * max(abs(before), 1.0)
 
 
 def train_until_plateau(
@@ -130,15 +155,13 @@ def train_until_plateau(
 
     tokens: (N, S) int64 training set. Every ``eval_every`` steps
     ``evaluate()`` is recorded (e.g. total memorisation in bits); training stops
-    once :func:`memlab.capacity.plateaued` says the last ``patience``
+    once :func:`plateaued` says the last ``patience``
     evaluations gained less than ``tol`` relative, or after ``max_steps``.
     Learning rate: linear warm-up over the first eval interval, then constant,
     so stopping time is set by the data, not by a schedule.
     Returns ``{"step": [...], "value": [...], "stopped": "plateau" | "max_steps",
     "tokens": tokens trained on}``.
     """
-    from memlab.capacity import plateaued
-
     dev = next(model.parameters()).device
     data = tokens.to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.0,

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from memlab.progress import progress
-from memlab.train import optimizer_step
+from memlab.core.progress import progress
+from memlab.models.train import optimizer_step
 
 LN2 = math.log(2.0)
 _EPS = 1e-5  # GPT2Config.layer_norm_epsilon
@@ -115,7 +115,7 @@ def token_log_probs(params, tokens: torch.Tensor, vocab_size: int, n_head: int) 
     """(G, B, S, V) log-probabilities of each token given the earlier ones, after a BOS token.
 
     tokens: (G, B, S) int64 in [0, V); the logits' BOS column is dropped and the
-    rest renormalised, as :func:`memlab.capacity.token_log_probs` does for one model.
+    rest renormalised, as :func:`memlab.models.gpt2_small.token_log_probs` does for one model.
     """
     bos = torch.full(tokens.shape[:2] + (1,), vocab_size, dtype=tokens.dtype, device=tokens.device)
     inputs = torch.cat([bos, tokens[..., :-1]], dim=-1)

@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from memlab.config import ConfigError, path_kind
+from memlab.core.config import ConfigError, path_kind
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from memlab import fsutil
-from memlab.cache import sha256_file
-from memlab.config import ConfigError
+from memlab.core import fsutil
+from memlab.core.cache import sha256_file
+from memlab.core.config import ConfigError
 
 MANIFEST = "memlab-model.json"
 WEIGHTS = "model.safetensors"
@@ -87,8 +87,8 @@ def get(name: str) -> LocalModel:
 
 
 def models_folder() -> Path:
-    """``data/models/`` of the project folder (memlab.config.repo_root)."""
-    from memlab.config import repo_root
+    """``data/models/`` of the project folder (memlab.core.config.repo_root)."""
+    from memlab.core.config import repo_root
 
     return repo_root() / "data" / "models"
 

@@ -4,7 +4,7 @@ At the ``cpu`` and ``smoke`` profiles the chapter builds a Qwen2 model from a
 config (a few layers, hidden size 64-256) and pre-trains it itself; at the
 ``paper`` profile it loads a DeepSeek-R1 distillate with
 ``transformers.AutoModelForCausalLM.from_pretrained``. Both paths hand the
-experiments a causal LM and a :class:`memlab.canaries.Codec`.
+experiments a causal LM and a :class:`memlab.science.canaries.Codec`.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Sequence
 
 import torch
 
-from memlab.config import ConfigError
+from memlab.core.config import ConfigError
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<|pad|>", "<|user|>", "<|assistant|>", "<think>", "</think>", "<|end|>")
 
@@ -42,7 +42,7 @@ def build_small(config) -> torch.nn.Module:
 
 
 class TokenizerCodec:
-    """A :class:`memlab.canaries.Codec` over a ``tokenizers.Tokenizer`` (special tokens kept on decode)."""
+    """A :class:`memlab.science.canaries.Codec` over a ``tokenizers.Tokenizer`` (special tokens kept on decode)."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -65,7 +65,7 @@ class TokenizerCodec:
 
 
 class HFCodec:
-    """A :class:`memlab.canaries.Codec` over a transformers tokenizer."""
+    """A :class:`memlab.science.canaries.Codec` over a transformers tokenizer."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer

@@ -80,13 +80,13 @@ class ResNet18(nn.Module):
 def resnet18(num_classes: int = 10, norm: str = "bn", width: int = 64, device=None) -> ResNet18:
     """CIFAR ResNet-18; ``norm`` is 'bn' (BatchNorm) or 'gn' (GroupNorm), ``width`` the stem channels.
 
-    Built on ``device``, by default the run's (:func:`memlab.config.device`: CUDA when present), so
+    Built on ``device``, by default the run's (:func:`memlab.core.config.device`: CUDA when present), so
     every chapter that trains one trains it where the run computes.
     """
     if norm not in NORMS:
         raise ValueError(f"parameter 'norm': must be one of {NORMS} (got {norm!r})")
     if device is None:
-        from memlab.config import device as run_device
+        from memlab.core.config import device as run_device
 
         device = run_device()
     return ResNet18(num_classes=num_classes, norm=norm, width=width).to(device)

@@ -6,7 +6,7 @@ checks, the methods' hyperparameter table), ``stages`` (data, cached models, exp
 is re-exported here.
 """
 from memlab.data.vision import patch_shuffle  # noqa: F401 - moved to memlab.data.vision; old callers
-from memlab.metrics import correlation_tests  # noqa: F401 - the science behind :func:`correlations`
+from memlab.science.metrics import correlation_tests  # noqa: F401 - the science behind :func:`correlations`
 
 from .claims import GAP_PP, METRIC_KEYS, NINE, ZERO_ROWS, ZERO_TOL_PP, claims
 from .spec import (CHAPTER, CHECKS, CODE_VERSION, HP_RANGES, HPARAMS, METHOD_HPARAMS, METHODS,

@@ -2,16 +2,16 @@
 
 Holds METRIC_KEYS (every key the page records), the thresholds (GAP_PP, ZERO_TOL_PP, PEARSON_MIN,
 LP_P_MAX), the predicates, each of which computes its own noise band (from the recorded image counts
-with :func:`memlab.metrics.diff_band`, from the spread over models, or Fisher's z for a correlation),
+with :func:`memlab.science.metrics.diff_band`, from the spread over models, or Fisher's z for a correlation),
 and :func:`claims`. The regime each claim needs is in ``regimes:`` of ``data/papers/01_bn_illusion.yaml``.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from memlab import paper
-from memlab.metrics import diff_band, t_half_width
-from memlab.paper import Claim, NotJudged, declare, outside_noise
+from memlab.report import paper
+from memlab.report.paper import Claim, NotJudged, declare, outside_noise
+from memlab.science.metrics import diff_band, t_half_width
 
 from .spec import CHAPTER, METHODS
 
@@ -36,7 +36,7 @@ def _band(m, *pairs, n_key: str = "forget_test") -> float:
     """95% half-width (pp) of a sum/difference of accuracy differences, each pair (a, b) in %.
 
     Every accuracy is a binomial share of ``m['sizes'][n_key]`` images; the pairs are treated as
-    independent (conservative: they share images), via :func:`memlab.metrics.diff_band`.
+    independent (conservative: they share images), via :func:`memlab.science.metrics.diff_band`.
     """
     n = int(m["sizes"][n_key])
     clip = lambda v: min(max(float(v) / 100.0, 0.0), 1.0)  # noqa: E731
@@ -347,7 +347,7 @@ def _sampling_error(m):
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     'original', 'forget_classes', 'ood_source', 'table1', 'bn_modes', 'recal_weights_unchanged',
     'recal_models_checked', 'table2', 'table2_cifar100', 'figure1a', 'figure1b', 'recovery_b10_test',

@@ -3,15 +3,15 @@
 One code path serves the three profiles; only the sizes in SPEC change. The unlearning methods'
 hyperparameters are one SPEC entry, ``method_hparams`` (set one as ``-p SalUn.lr 0.01``), built from
 one table, :data:`HPARAMS`: for each method, the keys a profile sets and their value per profile.
-Every other key of a method's module ``DEFAULTS`` (``memlab.unlearning``) keeps its reference value
+Every other key of a method's module ``DEFAULTS`` (``memlab.science.unlearning``) keeps its reference value
 and can still be set from the command line; :data:`HP_RANGES` gives the allowed range of a key.
 """
 from __future__ import annotations
 
 import sys
 
-from memlab.config import PROFILES, SEED_HIGH, ConfigError, Param, require_memory
-from memlab.unlearning import registry
+from memlab.core.config import PROFILES, SEED_HIGH, ConfigError, Param, require_memory
+from memlab.science.unlearning import registry
 
 CHAPTER = "01_bn_illusion"
 # 2: NoiseInject drops partial batches; 3: issue 15 (cpu regime, merged last batch, methods)
@@ -116,7 +116,7 @@ def _hparam_schema() -> dict[str, dict[str, Param]]:
             if key == "seed":
                 continue
             rng = HP_RANGES.get(key) or (dict(low=0.0, closed="neither") if "lr" in key else dict(low=0))
-            schema[name][key] = Param(type(v), v, doc=f"{name} hyperparameter (memlab.unlearning)", **rng)
+            schema[name][key] = Param(type(v), v, doc=f"{name} hyperparameter (memlab.science.unlearning)", **rng)
     return schema
 
 

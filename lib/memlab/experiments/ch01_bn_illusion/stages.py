@@ -17,19 +17,20 @@ import pandas as pd
 import torch
 from torch import nn
 
-from memlab import bn, cache, probes
-from memlab.config import device, seed_everything
+from memlab.core import cache
+from memlab.science import bn, probes
+from memlab.core.config import device, seed_everything
 from memlab.data import vision
 from memlab.models.resnet import resnet18
 from memlab.models.vit import vit_small
-from memlab.progress import progress
-from memlab.train import accuracy, predict_logits, train_classifier
-from memlab.unlearning import registry
-from memlab.unlearning._common import hparams
-from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
-from memlab.unlearning.ga import gradient_ascent
-from memlab.unlearning.salun import DEFAULTS as SALUN_DEFAULTS
-from memlab.unlearning.registry import Splits
+from memlab.core.progress import progress
+from memlab.models.train import accuracy, predict_logits, train_classifier
+from memlab.science.unlearning import registry
+from memlab.science.unlearning._common import hparams
+from memlab.science.unlearning.ga import DEFAULTS as GA_DEFAULTS
+from memlab.science.unlearning.ga import gradient_ascent
+from memlab.science.unlearning.salun import DEFAULTS as SALUN_DEFAULTS
+from memlab.science.unlearning.registry import Splits
 
 from .spec import CHAPTER, CODE_VERSION, METHOD_HPARAMS, NUM_CLASSES
 
@@ -199,7 +200,7 @@ def audit(model: nn.Module, data: Data, batch_size: int = 128) -> tuple[dict, nn
 
 
 def linear_probe(model: nn.Module, data: Data, per_class: int = 50, seed: int = 0) -> float:
-    """LP-50 (%): :func:`memlab.probes.linear_probe` fit on every class, scored on the forget test set."""
+    """LP-50 (%): :func:`memlab.science.probes.linear_probe` fit on every class, scored on the forget test set."""
     s = data.splits
     x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
     return probes.linear_probe(model, x, y, data.test_forget_x, data.test_forget_y, per_class, seed)
@@ -207,7 +208,7 @@ def linear_probe(model: nn.Module, data: Data, per_class: int = 50, seed: int = 
 
 def relearn_curve(model: nn.Module, data: Data, *, samples: int, epochs: int, lr: float,
                   seed: int) -> np.ndarray:
-    """Forget-class test accuracy (%) along :func:`memlab.probes.relearn_curve` on this chapter's splits."""
+    """Forget-class test accuracy (%) along :func:`memlab.science.probes.relearn_curve` on this chapter's splits."""
     s = data.splits
     return probes.relearn_curve(model, s.forget_x, s.forget_y, s.retain_x, s.retain_y, data.test_forget_x,
                                 data.test_forget_y, samples=samples, epochs=epochs, lr=lr, seed=seed)

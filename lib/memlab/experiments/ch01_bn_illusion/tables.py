@@ -12,11 +12,11 @@ import math
 import pandas as pd
 from torch import nn
 
-from memlab import bn
-from memlab.metrics import correlation_tests, wilson_interval
-from memlab.train import accuracy
-from memlab.unlearning._common import hparams
-from memlab.unlearning.ga import DEFAULTS as GA_DEFAULTS
+from memlab.models.train import accuracy
+from memlab.science import bn
+from memlab.science.metrics import correlation_tests, wilson_interval
+from memlab.science.unlearning._common import hparams
+from memlab.science.unlearning.ga import DEFAULTS as GA_DEFAULTS
 
 from .stages import Data, forget_accuracy, method_hparams, recovered_accuracy, retain_accuracy
 
@@ -90,7 +90,7 @@ def figure1a_table(cfg, data: Data, models: dict, long: pd.DataFrame) -> pd.Data
 
 def correlations(summary: pd.DataFrame, x: str = "Post-F", ys: tuple[str, ...] = ("ReAUC", "LP-50")) -> pd.DataFrame:
     """Pearson, Spearman and Kendall of ``x`` with each of ``ys`` over the methods (rows) of ``summary``
-    (:func:`memlab.metrics.correlation_tests`; rows with a missing value are left out)."""
+    (:func:`memlab.science.metrics.correlation_tests`; rows with a missing value are left out)."""
     rows = []
     for y in ys:
         d = summary[[x, y]].dropna()
@@ -120,7 +120,7 @@ def regime_metrics(reg: pd.DataFrame) -> dict:
 
 def forget_epochs(steps: int, batch_size: int, n_forget: int) -> float:
     """Passes over the forget set that ``steps`` batches of ``batch_size`` make (each pass of
-    :func:`memlab.unlearning._common.index_stream` is ceil(n_forget / batch_size) batches, the last partial)."""
+    :func:`memlab.science.unlearning._common.index_stream` is ceil(n_forget / batch_size) batches, the last partial)."""
     if min(steps, batch_size, n_forget) < 1:
         raise ValueError(f"forget_epochs: steps, batch_size and n_forget must be >= 1 "
                          f"(got {steps}, {batch_size}, {n_forget})")

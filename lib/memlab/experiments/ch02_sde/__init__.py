@@ -8,13 +8,13 @@ the tests and chapter 6 use is re-exported here. The package holds:
 * :mod:`.tables`: the paper's tables and the metric groups the notebook records;
 * :mod:`.claims`: metric keys, gates and the claims' predicates.
 
-The statistic lives in :mod:`memlab.sde`, F1 and its bootstrap band in :mod:`memlab.metrics`,
-outputs at each depth and the confidence attack in :mod:`memlab.probes`.
+The statistic lives in :mod:`memlab.science.sde`, F1 and its bootstrap band in :mod:`memlab.science.metrics`,
+outputs at each depth and the confidence attack in :mod:`memlab.science.probes`.
 """
-from memlab.metrics import f1_band
-from memlab.metrics import f1_score as f1
-from memlab.probes import accuracy_pct
-from memlab.probes import layer_outputs as model_outputs_all
+from memlab.science.metrics import f1_band
+from memlab.science.metrics import f1_score as f1
+from memlab.science.probes import accuracy_pct
+from memlab.science.probes import layer_outputs as model_outputs_all
 
 from .claims import METRIC_KEYS, claims
 from .spec import (ACC_KEPT_PP, CHAPTER, CHECKS, CHOICES, CODE_VERSION, DETECTORS, FEATURES, METHODS,

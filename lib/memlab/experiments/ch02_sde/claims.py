@@ -2,15 +2,15 @@
 :func:`claims`.
 
 Every predicate reads recorded metrics only, computes its noise band there (bootstrap half-widths
-of F1 recorded by the tables, binomial bands on OTR and ASR by :func:`memlab.metrics.diff_band`)
-and hands a margin inside its band to :func:`memlab.paper.outside_noise` ("not judged").
+of F1 recorded by the tables, binomial bands on OTR and ASR by :func:`memlab.science.metrics.diff_band`)
+and hands a margin inside its band to :func:`memlab.report.paper.outside_noise` ("not judged").
 """
 from __future__ import annotations
 
 import numpy as np
 
-from memlab.metrics import diff_band
-from memlab.paper import Claim, NotJudged, declare, outside_noise
+from memlab.report.paper import Claim, NotJudged, declare, outside_noise
+from memlab.science.metrics import diff_band
 
 from .spec import ACC_KEPT_PP
 
@@ -127,7 +127,7 @@ def _identity(m):
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     'f1', 'f1_band', 'beats_band', 'main_column', 'table3', 'counts', 'size_sweep', 'size_band',
     'bandwidth', 'bandwidth_band', 'saturated', 'depth', 'depth_band', 'early_f1', 'early_band',
@@ -136,7 +136,7 @@ METRIC_KEYS: tuple[str, ...] = (
 
 
 def claims() -> list[Claim]:
-    """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim).
+    """The paper's claims as predicates over this chapter's metrics (see memlab.report.paper.Claim).
 
     Judged at the cpu and paper profiles (JUDGED); smoke-profile numbers (toy sizes) say nothing
     about them. A claim whose margin lies inside its noise band (bootstrap over the target subsets

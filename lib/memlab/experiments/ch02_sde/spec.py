@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlab.config import SEED_HIGH, ConfigError, Param, require_memory
-from memlab.probes import OUTPUT_DEPTHS
+from memlab.core.config import SEED_HIGH, ConfigError, Param, require_memory
+from memlab.science.probes import OUTPUT_DEPTHS
 
 CHAPTER = "02_sde"
 # 2: augmented 600/class recipe, trailing batch merged, training cost recorded, no Unroll trajectory.
 CODE_VERSION = "2"
-FEATURES = OUTPUT_DEPTHS  # ("layer2", "layer3", "penultimate", "logits", "softmax"): memlab.probes.layer_outputs
+FEATURES = OUTPUT_DEPTHS  # ("layer2", "layer3", "penultimate", "logits", "softmax"): memlab.science.probes.layer_outputs
 CHOICES = ("logits", "softmax", "penultimate")  # outputs compared in the sensitivity table
 METHODS = ("Retrain", "RandLabel", "Unroll", "Sparsity", "SalUn")
 DETECTORS = ("SDE", "MMD", "Wasserstein")

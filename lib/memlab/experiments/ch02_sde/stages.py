@@ -1,10 +1,10 @@
 """Chapter 2's stages: CIFAR-10 data, the cached ResNet-18 models (trained, early, unlearned), their
 outputs, and the SDE / MMD / Wasserstein judgements of Tables 1-2 and the ablations.
 
-Every function takes the resolved :class:`memlab.config.Config` of the chapter, so the three
+Every function takes the resolved :class:`memlab.core.config.Config` of the chapter, so the three
 profiles run the same code at different sizes, and returns plain data (arrays, dicts,
-DataFrames). The statistic itself lives in :mod:`memlab.sde`, F1 and its band in
-:mod:`memlab.metrics`, the outputs at each depth in :mod:`memlab.probes`; the subset protocol is
+DataFrames). The statistic itself lives in :mod:`memlab.science.sde`, F1 and its band in
+:mod:`memlab.science.metrics`, the outputs at each depth in :mod:`memlab.science.probes`; the subset protocol is
 described in :mod:`.spec`.
 """
 from __future__ import annotations
@@ -19,16 +19,17 @@ import pandas as pd
 import torch
 from torch import nn
 
-from memlab import cache, probes, sde
-from memlab.config import seed_everything
+from memlab.core import cache
+from memlab.core.config import seed_everything
+from memlab.core.progress import progress
 from memlab.data.splits import random_split
 from memlab.data.vision import load_cifar
-from memlab.metrics import f1_band
-from memlab.metrics import f1_score as f1
 from memlab.models.resnet import resnet18
-from memlab.progress import progress
-from memlab.train import steps_per_epoch, train_classifier
-from memlab.unlearning import registry
+from memlab.models.train import steps_per_epoch, train_classifier
+from memlab.science import probes, sde
+from memlab.science.metrics import f1_band
+from memlab.science.metrics import f1_score as f1
+from memlab.science.unlearning import registry
 
 from .spec import CHAPTER, CODE_VERSION, DETECTORS, FEATURES, VARIANT, column
 

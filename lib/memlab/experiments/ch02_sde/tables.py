@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
-from memlab import bn, paper, probes
-from memlab.probes import accuracy_pct
-from memlab.progress import progress
+from memlab.report import paper
+from memlab.science import bn, probes
+from memlab.science.probes import accuracy_pct
+from memlab.core.progress import progress
 
 from .spec import (ACC_KEPT_PP, CHAPTER, DETECTORS, NOT_RUN_DATASETS, SPEC, VARIANT, column, main_fraction,
                    main_size)
@@ -116,7 +117,7 @@ def table2(f1: pd.DataFrame, band: pd.DataFrame, main_col: str) -> tuple[pd.Data
 
 def accuracy_table(cfg, data: Data, models: dict[str, nn.Module]) -> pd.DataFrame:
     """Acc_r, Acc_f, Acc_test (%), ASR and "Acc_r recal. (%)" (retain accuracy after BN recalibration
-    on the retain set, memlab.bn: a collapse that recalibration undoes is a BatchNorm artifact)."""
+    on the retain set, memlab.science.bn: a collapse that recalibration undoes is a BatchNorm artifact)."""
     forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
     ytr, yte = data.y_train.numpy(), data.y_test.numpy()
     rows = {}

@@ -2,15 +2,15 @@
 
 The package's parts: ``spec`` (parameters and checks), ``stages`` (data, cached models,
 probes), ``tables`` (tables and recorded metric groups, the audited-K rule) and ``claims``
-(the paper's claims). The probes themselves live in :mod:`memlab.canaries`, the language-model
-training and LoRA pieces in :mod:`memlab.lm`. Every name the notebook, the exercises, the
+(the paper's claims). The probes themselves live in :mod:`memlab.science.canaries`, the language-model
+training and LoRA pieces in :mod:`memlab.models.lm`. Every name the notebook, the exercises, the
 tests and chapter 6 use is re-exported here: ``from memlab.experiments import
 ch03_canary_audit as ch`` then ``ch.prepare``, ``ch.audit_state``, ``ch.claims``, ...
 """
-from memlab.canaries import deepseek_format
+from memlab.science.canaries import deepseek_format
 from memlab.data import authors as A
 from memlab.data.text import wikitext_sentences
-from memlab.lm import LORA_TARGETS
+from memlab.models.lm import LORA_TARGETS
 
 from .claims import JUDGED, METRIC_KEYS, TF_DROP, claims
 from .spec import (CHAPTER, CHECKS, CODE_VERSION, DRIFT_MODEL, PAPER_MODEL, REAL_SETTING, SMALL, SPEC, SUPPRESS,

@@ -3,7 +3,7 @@
 Each predicate reads the recorded metrics (``run.metrics``) only; a claim made at the audited
 K is "not judged" when the sweep never reached the paper's audited state (``audit``), and one
 whose margin lies inside its noise band (half the width of the recorded 95% intervals, or
-:func:`memlab.metrics.diff_band` for the retain probes) is "not judged" too. A sign read off a
+:func:`memlab.science.metrics.diff_band` for the retain probes) is "not judged" too. A sign read off a
 95% interval (a gap, Delta_AB) is decided only when the interval excludes 0: one that holds or
 touches 0 leaves the sign "not judged" in every claim (:func:`_sign`). The claims about the
 trace at the audited state (bypass, suppressed, gap_grows) are read at the K chosen by out acc
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlab import metrics as M
-from memlab import paper
-from memlab.paper import Claim, declare
+from memlab.report import paper
+from memlab.report.paper import Claim, declare
+from memlab.science import metrics as M
 
 from .spec import CHAPTER
 
@@ -242,7 +242,7 @@ def _claim_seed1(m):
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     'k_values', 'ksweep', 'audit_k', 'audit', 'regime', 'anatomy', 'parser_flip', 'parser_flip_by_k',
     'natural_tag_missing', 'templates', 'ga', 'retain', 'npo_retain_variant',

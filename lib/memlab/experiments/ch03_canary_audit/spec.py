@@ -7,7 +7,7 @@ main model with its closing think tag banned).
 """
 from __future__ import annotations
 
-from memlab.config import SEED_HIGH, ConfigError, Param, path_kind
+from memlab.core.config import SEED_HIGH, ConfigError, Param, path_kind
 from memlab.data import authors as A
 
 CHAPTER = "03_canary_audit"

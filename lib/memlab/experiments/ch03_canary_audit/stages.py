@@ -10,7 +10,7 @@ Pipeline (one code path for every profile):
    one trace template (BIO, META or NONE); cached by its settings.
 3. :func:`unlearn_sweep` — NPO with the forgetting loss masked to the answer
    span (or Gradient Ascent), evaluated with :func:`evaluate_arms` at every K.
-4. :func:`evaluate_arms` — the probes of :mod:`memlab.canaries` at fixed weights;
+4. :func:`evaluate_arms` — the probes of :mod:`memlab.science.canaries` at fixed weights;
    :func:`summarise` turns their per-probe results into means and intervals;
    :func:`run_sweep` chains 2-4.
 
@@ -27,10 +27,12 @@ from typing import Callable, Sequence
 
 import torch
 
-from memlab import cache, canaries, lm
-from memlab.config import device, seed_everything
+from memlab.core import cache
+from memlab.core.config import device, seed_everything
 from memlab.data import authors as A
-from memlab.unlearning import npo
+from memlab.models import lm
+from memlab.science import canaries
+from memlab.science.unlearning import npo
 
 from .spec import CHAPTER, CODE_VERSION, SMALL, SUPPRESS
 
@@ -254,7 +256,7 @@ def unlearn_sweep(setup: Setup, cfg, state: dict[str, torch.Tensor], template: s
     method: "NPO" (answer-masked NPO plus a retain NLL term) or "GA" (gradient
     ascent on the answer span, no retain term). ``evaluate_at(model)`` returns
     the probes' results; the sweep returns ``{K: results}``. The loop is
-    :func:`memlab.unlearning.npo.lm_unlearn`.
+    :func:`memlab.science.unlearning.npo.lm_unlearn`.
     """
     if method not in npo.LM_METHODS:
         raise ValueError(f"parameter 'method': must be 'NPO' or 'GA' (got {method!r})")
@@ -351,7 +353,7 @@ def evaluate_arms(model, setup: Setup, cfg, arms: Sequence[str] = ("auto", "qa",
 def summarise(res: dict, n_boot: int, seed: int = 0) -> dict:
     """Means and author-clustered intervals of one evaluation (drops the raw texts).
 
-    The arms' results of :func:`evaluate_arms`; :func:`memlab.canaries.summarise_probes`.
+    The arms' results of :func:`evaluate_arms`; :func:`memlab.science.canaries.summarise_probes`.
     """
     return canaries.summarise_probes(res, n_boot, seed)
 

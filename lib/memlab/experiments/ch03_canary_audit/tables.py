@@ -13,8 +13,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from memlab import canaries, paper
 from memlab.data import authors as A
+from memlab.report import paper
+from memlab.science import canaries
 
 from .spec import CHAPTER
 
@@ -310,7 +311,7 @@ def render_sections(book) -> list[str]:
     import json
     from pathlib import Path
 
-    from memlab.pagekit import verdict_line
+    from memlab.report.pagekit import verdict_line
 
     from .spec import REAL_ESTIMATE_MIN, real_command
 

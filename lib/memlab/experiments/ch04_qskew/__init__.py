@@ -8,15 +8,15 @@ and the tests use is re-exported here. The package holds:
 * :mod:`.tables`: the paper's tables and the metric groups the notebook records;
 * :mod:`.claims`: metric keys and the claims' predicates.
 
-The scores live in :mod:`memlab.mia` (with the PII attack, :func:`memlab.mia.reconstruct_pii`), the
-ROC rows, AUC band and context regime in :mod:`memlab.metrics`, the tokenizer adapters and LoRA
+The scores live in :mod:`memlab.science.mia` (with the PII attack, :func:`memlab.science.mia.reconstruct_pii`), the
+ROC rows, AUC band and context regime in :mod:`memlab.science.metrics`, the tokenizer adapters and LoRA
 loading in :mod:`memlab.models.diffusion_lm`, the WikiText parsing and token blocks in
 :mod:`memlab.data.text`.
 """
 from memlab.data.text import INSTRUCTION_PROMPT as PROMPT
 from memlab.data.text import instruction_pairs, perturb, stream_blocks
-from memlab.metrics import auc_variance
-from memlab.mia import pii_memorisation
+from memlab.science.metrics import auc_variance
+from memlab.science.mia import pii_memorisation
 from memlab.models.diffusion_lm import Codec
 
 from .claims import (GAIN_MIN, HEADLINE, MEASURED, METRIC_KEYS, auc_diff_band, best_baseline, claims,

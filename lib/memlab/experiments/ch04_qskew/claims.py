@@ -2,8 +2,8 @@
 
 ``METRIC_KEYS`` lists every key the chapter records; ``MEASURED`` the profiles the claims are
 judged at and ``HEADLINE`` the domain setting they judge; each predicate returns (holds, evidence)
-and computes its noise band from the recorded metrics (``memlab.metrics.auc_diff_band``,
-``memlab.metrics.paired_diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
+and computes its noise band from the recorded metrics (``memlab.science.metrics.auc_diff_band``,
+``memlab.science.metrics.paired_diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
 :func:`claims` declares them. Whether a claim's setting is in the paper's regime (the base reads
 context on the fine-tuning text) is the yaml's ``regimes:`` gate, not a predicate here.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlab import paper
-from memlab.metrics import auc_diff_band as _auc_band
-from memlab.metrics import paired_diff_band
+from memlab.report import paper
+from memlab.science.metrics import auc_diff_band as _auc_band
+from memlab.science.metrics import paired_diff_band
 
 from .spec import CHAPTER
 
@@ -28,7 +28,7 @@ HEADLINE = "gap"
 
 def auc_diff_band(a1: float, a2: float, m: dict, z: float = 1.96) -> float:
     """Half-width (AUC points) of the band on a1 - a2 (AUCs in %), from the run's members, non-members
-    and runs (``m["setup"]``): :func:`memlab.metrics.auc_diff_band`."""
+    and runs (``m["setup"]``): :func:`memlab.science.metrics.auc_diff_band`."""
     s = m["setup"]
     return _auc_band(a1, a2, int(s["n_members"]), int(s["n_nonmembers"]), int(s["runs"]), z)
 
@@ -214,7 +214,7 @@ def _pii_judgeable(m: dict) -> tuple[dict, int, str]:
 
 def _pii_margin(m: dict, a: str, b: str, what: str) -> float:
     """Top-1 hit rate of ranking a minus b over the same targets; NotJudged inside the paired band
-    (:func:`memlab.metrics.paired_diff_band`: only the targets the two rankings disagree on vary)."""
+    (:func:`memlab.science.metrics.paired_diff_band`: only the targets the two rankings disagree on vary)."""
     top1 = m["pii"]["top1"]
     ta, tb = np.asarray(top1[a], dtype=float), np.asarray(top1[b], dtype=float)
     band = paired_diff_band(ta, tb)
@@ -247,7 +247,7 @@ def _pii_skew_alone(m: dict) -> tuple[bool, str]:
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     'setup', 'regime', 'domain', 'delta_stats', 'delta_band', 'instruction', 'epochs_sweep_auc', 'table4_base',
     'table4_instruct', 'ablation', 'asymmetry', 'pii',
@@ -256,7 +256,7 @@ METRIC_KEYS: tuple[str, ...] = (
 
 def claims():
     """The paper's claims as predicates over this chapter's metrics, judged at `cpu` and `paper`."""
-    from memlab.paper import Claim
+    from memlab.report.paper import Claim
 
     return paper.declare(METRIC_KEYS, [
         Claim("dft_best", "Q-Skew has the highest AUC under domain fine-tuning", "Table 1", _dft_best,

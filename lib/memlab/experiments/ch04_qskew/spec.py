@@ -4,8 +4,8 @@ guard (:func:`check_context`), and the metric columns of the membership tables (
 """
 from __future__ import annotations
 
-from memlab import mia
-from memlab.config import SEED_HIGH, ConfigError, Param
+from memlab.core.config import SEED_HIGH, ConfigError, Param
+from memlab.science import mia
 
 CHAPTER = "04_qskew"
 CODE_VERSION = "3"  # 3: base pre-trained on half the docstring modules; 2: 4000-step base at block 48
@@ -111,7 +111,7 @@ def _check_data_size(cfg) -> None:
     bytes / block_len blocks: a sound bound that needs no tokenizer (the exact count is
     checked again once the text is tokenised).
     """
-    from memlab.config import data_root
+    from memlab.core.config import data_root
 
     root = data_root()
     path = root / "wikitext-2" / "valid.txt" if root else None
@@ -147,5 +147,5 @@ def check_context(cfg, reg: dict) -> None:
 
 
 METRICS = ("AUC", "TPR@10%FPR", "TPR@1%FPR")
-# The TPR columns of the membership tables and the FPR each is read at (memlab.metrics.roc_row).
+# The TPR columns of the membership tables and the FPR each is read at (memlab.science.metrics.roc_row).
 FPRS = {"TPR@10%FPR": 0.1, "TPR@1%FPR": 0.01}

@@ -7,7 +7,7 @@ model's, :func:`regime`), :func:`domain_experiment` (Tables 1, 4 base side, 5 an
 "same" or the "gap" domain setting), :func:`instruction_experiment` (Tables 2 and 4 instruct side),
 :func:`asymmetry_experiment` (Figure 1) and :func:`pii_experiment` (Table 6).
 
-Every model is cached (``memlab.cache``) under the hash of what produced it. Each stage returns
+Every model is cached (``memlab.core.cache``) under the hash of what produced it. Each stage returns
 plain data (tensors, per-run metric dicts, DataFrames); the tables are built in ``tables.py``.
 """
 from __future__ import annotations
@@ -19,14 +19,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from memlab import cache, metrics, mia
-from memlab.config import ConfigError, device, seed_everything
+from memlab.core import cache
+from memlab.science import metrics, mia
+from memlab.core.config import ConfigError, device, seed_everything
 from memlab.data import docstrings
 from memlab.data import pii as pii_data
 from memlab.data.text import instruction_pairs, perturb, stream_blocks
 from memlab.models import diffusion_lm as dlm
 from memlab.models.diffusion_lm import Codec
-from memlab.progress import progress
+from memlab.core.progress import progress
 
 from .spec import CHAPTER, CODE_VERSION, FPRS, check_context
 
@@ -153,7 +154,7 @@ def regime(setup: Setup, pre_ids: torch.Tensor) -> dict:
     """Does the base read context? Its masked NLL at rho vs a unigram model's, per corpus (nats/token).
 
     pre_ids: the pre-training token stream. For each prepared corpus ("same",
-    "gap"), on REGIME_BLOCKS fixed random blocks: :func:`memlab.metrics.context_regime`
+    "gap"), on REGIME_BLOCKS fixed random blocks: :func:`memlab.science.metrics.context_regime`
     (the base's mean NLL over one round of cyclic masks at ``rho``, every token scored
     once, and the NLL of an add-one unigram model of the pre-training tokens, specials
     excluded). A base that only learned token frequencies scores about the unigram NLL.
@@ -365,7 +366,7 @@ def pii_experiment(setup: Setup) -> dict:
     """Table 6: reconstruct masked e-mail addresses and phone numbers seen in fine-tuning.
 
     The base is fine-tuned on ``pii_targets`` records per kind; each record's PII is
-    reconstructed and its candidates ranked by :func:`memlab.mia.reconstruct_pii` (CE, Q-Skew
+    reconstructed and its candidates ranked by :func:`memlab.science.mia.reconstruct_pii` (CE, Q-Skew
     over the PII or the context, and their combination with ``alpha``). Success = the top
     candidate equals the true PII string. Returns hit and oracle counts per ranking and kind,
     ``top1`` (each ranking's 0/1 success per target, in record order: the paired comparisons of

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from memlab import metrics, mia
+from memlab.science import metrics, mia
 
 from .spec import FPRS, METRICS
 from .stages import DomainRuns, InstructionRuns, Setup, model_paths
@@ -18,7 +18,7 @@ from .stages import DomainRuns, InstructionRuns, Setup, model_paths
 def supported(metric: str, n_nonmembers: int, min_fp: int) -> bool:
     """Whether ``n_nonmembers`` support a TPR column (``FPRS``): >= ``min_fp`` false positives allowed.
 
-    AUC is always supported (:func:`memlab.metrics.tpr_supported`).
+    AUC is always supported (:func:`memlab.science.metrics.tpr_supported`).
     """
     return metric not in FPRS or metrics.tpr_supported(FPRS[metric], n_nonmembers, min_fp)
 

@@ -3,7 +3,7 @@
 The notebook ``notebooks/05_capacity.py`` calls this package as ``ch``: :mod:`.spec` (the
 parameters and their checks), :mod:`.stages` (data, training and the cache: the measured runs),
 :mod:`.tables` (the tables shown and the metric groups recorded) and :mod:`.claims` (the paper's
-claims as predicates). The measurements live in :mod:`memlab.capacity`.
+claims as predicates). The measurements live in :mod:`memlab.science.capacity`.
 """
 
 from .claims import (

@@ -2,7 +2,7 @@
 
 :data:`METRIC_KEYS` lists every metric the chapter records; the thresholds are one named
 constant each (tests mutate them and see the verdict flip); each predicate computes its noise
-band from recorded metrics (:func:`memlab.metrics.diff_band`, the recorded bootstrap bands) and
+band from recorded metrics (:func:`memlab.science.metrics.diff_band`, the recorded bootstrap bands) and
 leaves a claim *not judged* when its margin lies inside it or when a capacity it rests on is a
 lower bound. :func:`claims` declares them.
 """
@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from memlab import metrics, paper
+from memlab.report import paper
+from memlab.science import metrics
 
 from .spec import CHAPTER
 
@@ -45,9 +46,9 @@ def _per_model(results: list, ev: list[str], inside: str) -> tuple[bool, str]:
 def _side(margin: float, band: float, what: str) -> bool | None:
     """One condition of a per-model claim: True past ``+band``, False below ``-band``, None inside.
 
-    Records the margin through :func:`memlab.paper.outside_noise` (inside the band it raises, which
+    Records the margin through :func:`memlab.report.paper.outside_noise` (inside the band it raises, which
     is caught here), so that a claim checking several models pools each model's margin over seeds
-    (:mod:`memlab.pooling`) instead of a vote of the seeds' verdicts.
+    (:mod:`memlab.report.pooling`) instead of a vote of the seeds' verdicts.
     """
     try:
         paper.outside_noise(margin, band, what)
@@ -256,7 +257,7 @@ def law_noise(points) -> tuple[float, float]:
 
     points: records with ``membership_f1`` (F) and ``membership_n`` (n, the members it is measured
     on). Each F carries the binomial standard error sqrt(F (1 - F) / n) (the model of
-    :func:`memlab.metrics.diff_band`); the floor is their root mean square, the RMSE a law that is
+    :func:`memlab.science.metrics.diff_band`); the floor is their root mean square, the RMSE a law that is
     exact would still show. The band is the 95% half-width of an RMSE of k points at that floor,
     1.96 floor / sqrt(2 k) (the chi-square approximation sd(s) / s = 1 / sqrt(2 k)).
     """
@@ -294,7 +295,7 @@ def _table2(m):
 
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     "sweep",
     "runs",
@@ -332,11 +333,11 @@ METRIC_KEYS: tuple[str, ...] = (
 
 
 def claims():
-    """The paper's claims as predicates over this chapter's metrics (see memlab.paper.Claim).
+    """The paper's claims as predicates over this chapter's metrics (see memlab.report.paper.Claim).
 
     Judged at every profile: the smoke run still exercises each predicate.
     """
-    from memlab.paper import Claim
+    from memlab.report.paper import Claim
 
     return paper.declare(
         METRIC_KEYS,

@@ -1,7 +1,7 @@
 """Chapter 5's parameters: the chapter id, its code version, SPEC and the checks that run before any work.
 
-Profile values are the dict literals inside each :class:`memlab.config.Param`. The checks
-(:data:`CHECKS`) refuse, with a :class:`memlab.config.ConfigError` naming the parameter, model
+Profile values are the dict literals inside each :class:`memlab.core.config.Param`. The checks
+(:data:`CHECKS`) refuse, with a :class:`memlab.core.config.ConfigError` naming the parameter, model
 sizes that do not parse, runs that would not fit ``memory_gib`` and text sets WikiText-2 cannot
 fill. :func:`dataset_sizes_for` (each model's grid of N, which the memory check needs) lives here
 too; :func:`paper_setting` reads the paper's V and S from ``data/papers/05_capacity.yaml``.
@@ -9,10 +9,10 @@ too; :func:`paper_setting` reads the paper's V and S from ``data/papers/05_capac
 
 from __future__ import annotations
 
-from memlab import capacity as cap
-from memlab import paper
-from memlab.config import SEED_HIGH, ConfigError, Param, require_memory
+from memlab.core.config import SEED_HIGH, ConfigError, Param, require_memory
 from memlab.models import gpt2_small as g2
+from memlab.report import paper
+from memlab.science import capacity as cap
 
 CHAPTER = "05_capacity"
 CODE_VERSION = "2"  # 2: fixed cosine schedules, per-model data grids, stacked training, oracle on unused text
@@ -313,7 +313,7 @@ def _check_text(cfg) -> None:
     # Every BPE token covers at least one byte of WikiText-2 valid + test, so the text gives at
     # most bytes / text_seq_len sequences: a sound bound before any tokenizer is trained (the
     # exact count of distinct sequences is checked again in text_corpus).
-    from memlab.config import data_root
+    from memlab.core.config import data_root
 
     files = [data_root() / "wikitext-2" / f"{s}.txt" for s in ("valid", "test")] if data_root() else []
     if files and all(f.is_file() for f in files):

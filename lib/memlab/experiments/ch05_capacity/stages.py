@@ -1,8 +1,8 @@
 """Chapter 5's stages: from random tokens, WikiText-2 and the model cache to the measured runs.
 
-Every function takes the chapter's resolved :class:`memlab.config.Config`, so the three
+Every function takes the chapter's resolved :class:`memlab.core.config.Config`, so the three
 profiles run one code path, and returns plain data (dicts, DataFrames, arrays); the
-measurements live in :mod:`memlab.capacity`, the models in :mod:`memlab.models.gpt2_small`, the
+measurements live in :mod:`memlab.science.capacity`, the models in :mod:`memlab.models.gpt2_small`, the
 batched trainer in :mod:`memlab.models.gpt2_stacked`, the random data in
 :mod:`memlab.data.synthetic`. No figures and no tables here (:mod:`.tables`).
 
@@ -36,12 +36,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from memlab import cache, lm, paper
-from memlab import capacity as cap
-from memlab.config import ConfigError, device, seed_everything
+from memlab.core import cache
+from memlab.core.config import ConfigError, device, seed_everything
 from memlab.data.synthetic import uniform_tokens
 from memlab.models import gpt2_small as g2
 from memlab.models import gpt2_stacked as st
+from memlab.models import lm
+from memlab.report import paper
+from memlab.science import capacity as cap
 
 from .spec import CHAPTER, CODE_VERSION, dataset_sizes_for, paper_setting
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from memlab import capacity as cap
-from memlab import paper
 from memlab.models import gpt2_small as g2
+from memlab.report import paper
+from memlab.science import capacity as cap
 
 from .spec import CHAPTER, GPT2_VOCAB
 from .stages import a1_runs, law_constants

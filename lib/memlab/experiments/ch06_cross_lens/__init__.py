@@ -10,9 +10,9 @@ hypotheses (``data/papers/06_cross_lens.yaml``, committed before the first run).
 * :mod:`.claims` — ``METRIC_KEYS``, the predicates and :func:`claims`.
 
 The lenses themselves (code lengths, membership scores, SDE on a forget set, Kendall tau) live in
-:mod:`memlab.lenses`.
+:mod:`memlab.science.lenses`.
 """
-from memlab.lenses import membership_aucs, sde_out_of_training
+from memlab.science.lenses import membership_aucs, sde_out_of_training
 
 from .claims import CONTROL_PP, JUDGED, METRIC_KEYS, claims
 from .spec import CHAPTER, CHECKS, CODE_VERSION, ILLUSION_PP, SPEC, hypotheses

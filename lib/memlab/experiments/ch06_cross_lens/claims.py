@@ -1,7 +1,7 @@
 """Chapter 6's claims: the book's pre-registered hypotheses (``data/papers/06_cross_lens.yaml``) as predicates.
 
 ``METRIC_KEYS`` (every key the page records), ``CONTROL_PP`` (the SDE control's gate), ``JUDGED``
-(the profiles judged), one predicate per hypothesis (noise bands from :mod:`memlab.metrics`,
+(the profiles judged), one predicate per hypothesis (noise bands from :mod:`memlab.science.metrics`,
 computed here from the recorded metrics) and :func:`claims`, which pairs each hypothesis of the
 YAML with its predicate.
 """
@@ -11,7 +11,8 @@ import math
 
 import numpy as np
 
-from memlab import metrics, paper
+from memlab.report import paper
+from memlab.science import metrics
 
 from .spec import CHAPTER, ILLUSION_PP, hypotheses
 
@@ -19,7 +20,7 @@ CONTROL_PP = 50.0  # pre-registered: OTR(Retrain) - OTR(Original) needed for SDE
 JUDGED = ("cpu", "paper")  # the profiles at which the hypotheses are judged
 
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
-# and fails loudly (memlab.paper.evaluate), one reading a key this run lacks is 'not run'.
+# and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
     "sde_feature", "sde_sizes", "n_forget", "illusion_set", "vision", "vision_wall_s",
     "lm_runs", "lm_audit_method", "audit_k", "k_values", "lm_ref_bits", "lm_wall_s",

@@ -7,12 +7,12 @@ own thresholds live in :mod:`.claims`.
 """
 from __future__ import annotations
 
-from memlab import paper
-from memlab.config import SEED_HIGH, ConfigError, Param, resolve
+from memlab.core.config import SEED_HIGH, ConfigError, Param, resolve
 from memlab.data import authors as A
 from memlab.experiments import ch01_bn_illusion as ch1
 from memlab.experiments import ch02_sde as ch2
-from memlab.unlearning import npo
+from memlab.report import paper
+from memlab.science.unlearning import npo
 
 CHAPTER = "06_cross_lens"
 CODE_VERSION = "1"  # caches nothing of its own: every model comes from chapters 1 and 3

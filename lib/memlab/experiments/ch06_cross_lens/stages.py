@@ -3,7 +3,7 @@
 No paper of its own: the chapter takes the models chapters 1 and 3 train and cache
 (through their own functions, at the same profile and with their default parameters,
 so their caches are reused) and looks at them with the other papers' measuring
-instruments (:mod:`memlab.lenses`, :mod:`memlab.probes`, :mod:`memlab.sde`).
+instruments (:mod:`memlab.science.lenses`, :mod:`memlab.science.probes`, :mod:`memlab.science.sde`).
 
 Data flow:
 
@@ -13,7 +13,7 @@ Data flow:
   confidence/entropy MIA ASR;
 * language (:func:`lm_lenses`): chapter 3's BIO adapter unlearned by chapter 3's own
   NPO/GA loop -> at K = 0 and every K: out acc, thk leak, teacher-forced top-1 (chapter 3),
-  canary bits (chapter 5's code lengths, :mod:`memlab.lenses`), membership AUCs (chapter 4's
+  canary bits (chapter 5's code lengths, :mod:`memlab.science.lenses`), membership AUCs (chapter 4's
   scores);
 * agreement (:func:`agreement`): Kendall tau between the lenses' rankings, with bootstrap
   intervals.
@@ -26,14 +26,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from memlab import bn, lenses, probes
-from memlab.config import resolve
+from memlab.core.config import resolve
+from memlab.core.progress import progress
 from memlab.data import authors as A
 from memlab.data import vision as V
 from memlab.experiments import ch01_bn_illusion as ch1
 from memlab.experiments import ch02_sde as ch2
 from memlab.experiments import ch03_canary_audit as ch3
-from memlab.progress import progress
+from memlab.science import bn, lenses, probes
 
 from .spec import ILLUSION_PP
 
@@ -74,7 +74,7 @@ def forget_otr(cfg, retain_out: np.ndarray, forget_out: np.ndarray, forget_test_
     In-training reference: retain images the model trained on; out-of-training reference:
     forget-class test images, which no model saw (class-matched to the targets); bandwidth
     sqrt(d). Same seeds for every model, so two models' verdicts differ only by their outputs
-    (:func:`memlab.lenses.sde_out_of_training`).
+    (:func:`memlab.science.lenses.sde_out_of_training`).
     """
     out = lenses.sde_out_of_training(retain_out[subsets["in_ref"]], forget_test_out[subsets["out_ref"]],
                                      [forget_out[t] for t in subsets["targets"]], n_shuffles=cfg.n_shuffles,
@@ -171,7 +171,7 @@ def _contexts(setup, authors_, heads, mode: str) -> list[list[int]]:
 
 def lm_probe_sets(cfg, cfg3, setup) -> dict:
     """Contexts and targets of every LM lens: memorised canaries under each prefill, fresh canaries."""
-    from memlab import canaries
+    from memlab.science import canaries
 
     fresh = fresh_authors(cfg3, cfg.n_fresh)
     split = [canaries.split_head(setup.fmt.codec.encode(a.canary), cfg3.head_len) for a in fresh]

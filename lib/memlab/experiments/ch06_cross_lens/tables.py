@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from memlab import paper
 from memlab.experiments import ch01_bn_illusion as ch1
 from memlab.experiments import ch03_canary_audit as ch3
+from memlab.report import paper
 
 from .spec import CHAPTER, hypotheses
 
@@ -98,7 +98,7 @@ def preregistration() -> dict:
 
     import yaml
 
-    from memlab.results import repo_root
+    from memlab.core.results import repo_root
 
     rel = f"data/papers/{CHAPTER}.yaml"
     out = {"commit": None, "date": None, "unchanged": None}
@@ -183,7 +183,7 @@ def published_gaps(profile: str, table: pd.DataFrame | None, runs: dict | None, 
     of the NPO sweep with chapter 3's ``ksweep`` of seed ``seed3``, where those chapters were published
     at ``profile`` beside this page. Returns {"01_bn_illusion": max |difference| or a note, "03_...": ...}.
     """
-    from memlab.results import load_results, output_dir
+    from memlab.core.results import load_results, output_dir
 
     out: dict = {}
     here = output_dir()  # under `memlab run` a staging folder inside the book; the pages are beside it

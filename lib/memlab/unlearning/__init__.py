@@ -1,6 +1,0 @@
-"""Unlearning methods behind one registry (see :mod:`memlab.unlearning.registry`).
-
-Every module in this package registers its methods when imported; ``registry.get``
-and ``registry.names`` import them all.
-"""
-from memlab.unlearning.registry import Method, Splits, get, names, register  # noqa: F401
