@@ -218,3 +218,23 @@ def test_gpu_benchmark_measures_every_loop_that_sizes_the_gpu_evidence(tmp_path)
     # the committed record is the one measured on a GPU
     gpu = json.loads((ROOT / "benchmarks" / "results" / "gpu.json").read_text())
     assert gpu["measurements"]["toy"] is False and "H200" in gpu["provenance"]["device"]
+
+
+def test_cifar_recipe_benchmark_records_each_epochs_gate_measures(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cifar_recipe.py"), "bn", "--toy"],
+                         env={**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path), "OMP_NUM_THREADS": "1",
+                              "MEMLAB_PROGRESS": "0"}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rec = json.loads((tmp_path / "cifar_recipe-toy.json").read_text())
+    row = rec["measurements"]["bn-2ep"]
+    assert [e["epoch"] for e in row["epochs"]] == [1, 2] and row["train_images"] == 200
+    assert all(0 <= e[k] <= 1 for e in row["epochs"] for k in ("test_acc", "train_acc_no_aug", "airplane_test_acc"))
+    assert row["epochs"][1]["train_wall_s"] >= row["epochs"][0]["train_wall_s"] > 0 and row["params"] > 0
+
+
+def test_cifar_recipe_benchmark_refuses_an_unknown_candidate(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_cifar_recipe.py"), "resnet99"],
+                         env={**os.environ, "MEMLAB_BENCH_RESULTS": str(tmp_path)}, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and "resnet99" in out.stderr and "bn-ls" in out.stderr
+    assert not list(tmp_path.iterdir())

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Sequence
 
 from memlab.core.chapters import CHAPTERS
-from memlab.core.config import (COMPILE_ENV, DEFAULT_PROFILE, PROFILES, ConfigError, Param, compile_enabled, repo_root,
-                                thread_count)
+from memlab.core.config import (COMPILE_ENV, DEFAULT_PROFILE, PROFILES, ConfigError, Param, compile_enabled, cpu_bf16,
+                                repo_root, thread_count)
 from memlab.course import exercises
 from memlab.report.book import BuildError, render
 from memlab.run.runner import (  # noqa: F401 - parse_value re-exported: the commands' library API
@@ -304,6 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[COMPILE_ENV] = "1"  # the kernels (and a sweep's workers) inherit it
         if args.command in ("run", "book", "sweep"):
             compile_enabled()  # a bad MEMLAB_COMPILE is refused before any work
+            cpu_bf16()  # and a bad MEMLAB_CPU_BF16
         if args.command == "run":
             params = parse_params(args.chapter, pairs)
             book_folder(args.book_dir, repo_root())  # an empty or file --book-dir is refused, dry run too

@@ -359,15 +359,36 @@ def _load_or_make(k: str, chapter: str, stage: str, cached: Callable[[bool], Any
         return make()
 
 
+#: The checkpoint file of the entry being trained now (:func:`checkpoint_path`), innermost last.
+_TRAINING: list[Path] = []
+PARTIAL = "partial"  # beside the model cache: one folder per entry whose training has not finished
+
+
+def checkpoint_path() -> Path | None:
+    """Where the training that is making a cache entry right now may keep its checkpoint, so that a
+    killed run resumes it: ``<cache>/../partial/<key>/checkpoint.pt``, removed once the entry is
+    written. None outside :func:`load_or_train` and with the cache off (``--no-cache`` trains afresh)."""
+    return _TRAINING[-1] if _TRAINING else None
+
+
 def _train_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
                      model: torch.nn.Module, train: Callable[[torch.nn.Module], Any]) -> torch.nn.Module:
     costs.begin(k, stage)
     before = long_loops()
-    train(model)
+    partial = sibling_dir(PARTIAL) / k if enabled() else None
+    if partial is not None:
+        _TRAINING.append(partial / "checkpoint.pt")
+    try:
+        train(model)
+    finally:
+        if partial is not None:
+            _TRAINING.pop()
     costs.end(k)
     model.eval()
     meta = _meta(chapter, stage, config, code_version, "model", loop_mode(before))
     _write_entry(k, lambda tmp: save_model(model, str(tmp / WEIGHTS)), meta)
+    if partial is not None:
+        shutil.rmtree(partial, ignore_errors=True)
     return model
 
 

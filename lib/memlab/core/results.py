@@ -120,6 +120,7 @@ def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> d
     import torch
 
     from memlab.core.compiling import compiled_steps
+    from memlab.core.config import cpu_bf16
 
     try:
         import transformers
@@ -134,6 +135,7 @@ def provenance(profile: str, wall_time_s: float, commit: str | None = None) -> d
         "device": device_label(),
         "cpu_threads": torch.get_num_threads(),
         "torch_compile": compiled_steps(),
+        "cpu_bf16": cpu_bf16(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": tv,

@@ -50,12 +50,12 @@ def compile_model(model: nn.Module) -> nn.Module:
     return torch.compile(model, dynamic=False, options=COMPILE_OPTIONS)
 
 
-def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Random 4-pixel-padded crop and horizontal flip of a (B, C, H, W) batch."""
+def augment_batch(x: torch.Tensor, generator: torch.Generator | None = None, pad: int = 4) -> torch.Tensor:
+    """Random ``pad``-pixel-padded (reflect) crop and horizontal flip of a (B, C, H, W) batch."""
     b, _, h, w = x.shape
-    padded = F.pad(x, (4, 4, 4, 4), mode="reflect")
-    dx = torch.randint(0, 9, (b,), generator=generator)
-    dy = torch.randint(0, 9, (b,), generator=generator)
+    padded = F.pad(x, (pad, pad, pad, pad), mode="reflect")
+    dx = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
+    dy = torch.randint(0, 2 * pad + 1, (b,), generator=generator)
     flip = torch.rand(b, generator=generator) < 0.5
     rows = (dy[:, None] + torch.arange(h)[None, :]).to(x.device)  # (B, H)
     cols = (dx[:, None] + torch.arange(w)[None, :]).to(x.device)  # (B, W)

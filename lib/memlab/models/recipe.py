@@ -1,0 +1,163 @@
+"""The fast CIFAR training recipe: a BatchNorm CNN to the papers' accuracy in a few epochs on a CPU.
+
+Plain supervised SGD on the training split, with the schedule tricks of the fast-CIFAR literature
+(airbench; Page's ResNet-9) and none of the ones that change what unlearning and membership measure
+unless a chapter asks for them:
+
+- Nesterov SGD, two parameter groups: conv and linear weights at ``lr``, the norm layers' shifts and
+  the whitening bias at ``lr * norm_lr_mult``; weight decay set so that ``lr * weight_decay`` is
+  ``decay`` in both groups (airbench's coupling);
+- the learning rate rises linearly from ``start`` of its peak over the first ``warmup`` of the steps,
+  then falls linearly to ``end`` of it at the last step;
+- augmentation on whole batches: a random ``translate``-pixel shift (reflect padding) and a
+  horizontal flip (:func:`memlab.models.train.augment_batch`);
+- mean cross-entropy, with ``label_smoothing`` (0 unless the chapter says why);
+- the whitening conv (:func:`memlab.models.fastcnn.whiten_init`) set from the first
+  ``whiten_images`` training images, its bias trained for ``whiten_bias_epochs`` epochs only;
+- bf16 autocast on a CPU that computes it natively (:func:`memlab.core.config.cpu_bf16`); evaluation in
+  fp32 (:func:`memlab.models.train.accuracy`), without test-time augmentation, EMA or lookahead.
+
+A training inside :func:`memlab.core.cache.load_or_train` checkpoints after every epoch
+(:func:`memlab.core.cache.checkpoint_path`) and, run again after a kill, resumes from the last one:
+the weights, optimiser and schedule state, and the data order's generator all come back, so the
+resumed run computes what an uninterrupted one does.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from memlab.core.config import autocast, cpu_bf16
+from memlab.core.progress import progress
+from memlab.models.train import augment_batch, batch_bounds, model_device
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The settings of one fast training (defaults: airbench94's, for a mean loss at batch 1024)."""
+
+    epochs: int = 8
+    batch_size: int = 1024
+    lr: float = 1.5  # peak learning rate of the weights (airbench's 11.5 per 7,851 summed-loss steps, x1024)
+    norm_lr_mult: float = 64.0  # the norm layers' shifts and the whitening bias learn this much faster
+    momentum: float = 0.85
+    decay: float = 0.002  # lr x weight decay at the peak, in both groups
+    warmup: float = 0.23  # fraction of the steps the learning rate rises over
+    start: float = 0.2  # the learning rate's first value, as a fraction of its peak
+    end: float = 0.07  # its last value, as a fraction of its peak
+    label_smoothing: float = 0.0
+    translate: int = 2  # pixels of the random shift
+    whiten_images: int = 5000
+    whiten_bias_epochs: int = 3
+
+
+def lr_factor(step: int, total: int, recipe: Recipe) -> float:
+    """The learning rate at optimiser step ``step`` of ``total``, as a fraction of its peak."""
+    rise = max(1, int(total * recipe.warmup))
+    if step < rise:
+        return recipe.start + (1 - recipe.start) * step / rise
+    return 1 - (1 - recipe.end) * (step - rise) / max(1, total - 1 - rise)
+
+
+def param_groups(model: nn.Module, recipe: Recipe) -> list[dict]:
+    """SGD groups: weights at ``lr``; the norm layers' and the whitening conv's biases at ``lr * norm_lr_mult``."""
+    fast, slow = [], []
+    for module in model.modules():
+        norm = isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm))
+        for name, p in module.named_parameters(recurse=False):
+            (fast if norm or name == "bias" else slow).append(p)
+    lr_fast = recipe.lr * recipe.norm_lr_mult
+    return [{"params": slow, "lr": recipe.lr, "weight_decay": recipe.decay / recipe.lr},
+            {"params": fast, "lr": lr_fast, "weight_decay": recipe.decay / lr_fast}]
+
+
+def _state(model, opt, sched, epoch: int, gen: torch.Generator, losses: list[float], recipe: Recipe) -> dict:
+    return {"model": model.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(), "epoch": epoch,
+            "generator": gen.get_state(), "losses": losses, "recipe": asdict(recipe)}
+
+
+def _save(path: Path, state: dict) -> None:
+    from memlab.core.fsutil import write_atomic
+
+    write_atomic(path, lambda f: torch.save(state, f))
+
+
+def train_fast(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe = Recipe(),
+    *,
+    seed: int = 0,
+    bf16: bool | None = None,
+    checkpoint: Path | None = None,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
+    desc: str = "train",
+) -> list[float]:
+    """Train ``model`` in place by :class:`Recipe`; returns the mean training loss (nats) of each epoch.
+
+    x: (N, C, H, W) normalised float images; y: (N,) int64 labels. ``bf16``: autocast on the CPU (default
+    :func:`memlab.core.config.cpu_bf16`). ``checkpoint``: a file to save after each epoch and resume from
+    (default :func:`memlab.core.cache.checkpoint_path`, set while the cache trains an entry, which removes
+    it once the entry is written; a checkpoint of another recipe is ignored).
+    ``on_epoch(epoch, model)`` runs after each epoch (1-based), e.g. to evaluate; it must leave the
+    model as it found it.
+    """
+    from memlab.core.cache import checkpoint_path
+
+    if recipe.epochs < 1 or recipe.batch_size < 1 or len(x) == 0:
+        raise ValueError("train_fast: epochs, batch_size and the data set must be positive")
+    dev = model_device(model)
+    bf16 = cpu_bf16() if bf16 is None else bf16
+    checkpoint = checkpoint if checkpoint is not None else checkpoint_path()
+    gen = torch.Generator().manual_seed(seed)
+    if hasattr(model, "whiten"):
+        from memlab.models.fastcnn import whiten_init
+
+        whiten_init(model, x[: recipe.whiten_images].to(dev))
+    opt = torch.optim.SGD(param_groups(model, recipe), momentum=recipe.momentum, nesterov=True)
+    bounds = batch_bounds(len(x), recipe.batch_size)
+    total = recipe.epochs * len(bounds)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: lr_factor(step, total, recipe))
+    first, losses = 0, []
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, weights_only=False)
+        if state["recipe"] == asdict(recipe):
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            sched.load_state_dict(state["sched"])
+            gen.set_state(state["generator"])
+            first, losses = state["epoch"], list(state["losses"])
+    bar = progress(total=total, desc=desc, initial=first * len(bounds))
+    for epoch in range(first, recipe.epochs):
+        model.train()
+        if hasattr(model, "whiten"):
+            model.whiten.bias.requires_grad_(epoch < recipe.whiten_bias_epochs)
+        perm = torch.randperm(len(x), generator=gen)
+        total_loss = torch.zeros((), dtype=torch.float64, device=dev)
+        for start, stop in bounds:
+            idx = perm[start:stop]
+            xb = augment_batch(x[idx], gen, pad=recipe.translate).to(dev, non_blocking=True)
+            yb = y[idx].to(dev, non_blocking=True)
+            with autocast(dev, cpu_bf16=bf16):
+                logits = model(xb)
+            loss = F.cross_entropy(logits.float(), yb, label_smoothing=recipe.label_smoothing)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            total_loss += loss.detach() * len(idx)
+            bar.update(1)
+        losses.append(float(total_loss) / len(x))
+        if checkpoint is not None:
+            _save(Path(checkpoint), _state(model, opt, sched, epoch + 1, gen, losses, recipe))
+        if on_epoch is not None:
+            on_epoch(epoch + 1, model)
+    bar.close()
+    model.eval()
+    return losses
