@@ -40,6 +40,7 @@ CANDIDATES = {
     "bn-small": ({"norm": "bn", "shape": "airbench93"}, {}, None),
     "gn": ({"norm": "gn"}, {}, None),
     "gn-slow": ({"norm": "gn"}, {"lr": 0.4, "norm_lr_mult": 4.0}, None),
+    "gn-mid": ({"norm": "gn"}, {"lr": 0.8, "norm_lr_mult": 8.0}, None),
 }
 TRAIN_EVAL = 10_000  # training images the no-augmentation accuracy is measured on
 FORGET_CLASS = 0  # airplane

@@ -89,3 +89,27 @@ def test_real_wikitext():
     root = require_data("wikitext-2")
     raw = text.load_wikitext2("valid", root=root)
     assert len(raw.split()) > 150_000 and len(text.wikitext_articles(raw)) > 20
+
+
+def test_cached_arrays_are_checked_against_their_sha256_and_decoded_again_when_damaged(tmp_path):
+    from memlab.core.cache import CacheWarning
+
+    root = _image_folder(tmp_path / "imgs", n_per_class=2)
+    x, y = vision.load_cifar("train", root=root)
+    fp = vision.check_image_root("cifar10", root, splits=("train",))["train"]
+    xs, _ = vision._array_paths("cifar10", "train", fp)
+    sums = vision._sums_path(xs)
+    assert sums.exists() and xs.name in sums.read_text()
+    raw = bytearray(xs.read_bytes())
+    raw[-1] ^= 0xFF  # one pixel's byte: np.load would read it without complaint
+    xs.write_bytes(bytes(raw))
+    with pytest.warns(CacheWarning, match="damaged"):
+        x2, y2 = vision.load_cifar("train", root=root)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    sums.unlink()  # arrays cached before checksums existed: decoded again, without a warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        x3, _ = vision.load_cifar("train", root=root)
+    assert torch.equal(x, x3) and sums.exists()

@@ -10,7 +10,9 @@ y int64 (N,)):
   --allow-download`` sets).
 Decoded uint8 arrays are cached as ``.npy`` under a key made from the folder's
 content (every file's path, size and modification time), so a changed folder
-is decoded again. Before decoding, :func:`check_cifar` refuses a root whose
+is decoded again; a sidecar records each array's SHA-256, as a model entry's
+meta does, and a cached array that fails it (a flipped byte in the pixels
+would otherwise train silently on other images) is reported and decoded again. Before decoding, :func:`check_cifar` refuses a root whose
 train or test split misses a class folder (which would shift every label) or
 holds an empty, truncated or non-image file, naming the first bad one.
 """
@@ -232,6 +234,47 @@ def _array_paths(dataset: str, split: str, fp: str) -> tuple[Path, Path]:
     return folder / f"{stamp}-x.npy", folder / f"{stamp}-y.npy"
 
 
+def _sums_path(xs: Path) -> Path:
+    return xs.with_name(xs.name.removesuffix("-x.npy") + "-sha256.json")
+
+
+def _save_arrays(xs: Path, ys: Path, x: np.ndarray, y: np.ndarray) -> None:
+    """Both arrays, then their SHA-256 sidecar (last: arrays without one are never trusted)."""
+    import json
+
+    from memlab.core.cache import sha256_file
+    from memlab.core.fsutil import write_atomic
+
+    _atomic_save(ys, y)
+    _atomic_save(xs, x)
+    sums = {p.name: sha256_file(p) for p in (xs, ys)}
+    write_atomic(_sums_path(xs), lambda f: f.write(json.dumps(sums).encode()))
+
+
+class _Unchecked(Exception):
+    """Cached arrays without a checksum sidecar (written before sidecars existed): decoded again quietly."""
+
+
+def _load_arrays(xs: Path, ys: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The cached arrays, after checking their sidecar's SHA-256; ValueError if they differ from it,
+    :class:`_Unchecked` without one."""
+    import json
+
+    from memlab.core.cache import sha256_file
+
+    try:
+        sums = json.loads(_sums_path(xs).read_text())
+    except (OSError, ValueError):
+        raise _Unchecked from None
+    for p in (xs, ys):
+        if sums.get(p.name) != sha256_file(p):
+            raise ValueError(f"{p.name} does not match its recorded SHA-256")
+    x, y = np.load(xs), np.load(ys)
+    if len(x) != len(y) or x.shape[1:] != (32, 32, 3):
+        raise ValueError(f"shapes {x.shape} and {y.shape} do not match")
+    return x, y
+
+
 def decode_image_folder(folder: Path) -> tuple[np.ndarray, np.ndarray]:
     """Decode every image under ``folder/<class>/`` to uint8 (N, 32, 32, 3) and labels (N,).
 
@@ -283,10 +326,9 @@ def load_raw(split: str, dataset: str = "cifar10", root=None,
         xs, ys = _array_paths(dataset, split, fp)
         if xs.exists() and ys.exists():
             try:
-                x, y = np.load(xs), np.load(ys)
-                if len(x) == len(y) and x.shape[1:] == (32, 32, 3):
-                    return x, y
-                raise ValueError(f"shapes {x.shape} and {y.shape} do not match")
+                return _load_arrays(xs, ys)
+            except _Unchecked:
+                pass
             except (OSError, ValueError, EOFError) as err:  # truncated or damaged: decode again
                 from memlab.data.text import _report_damaged
 
@@ -294,8 +336,7 @@ def load_raw(split: str, dataset: str = "cifar10", root=None,
                 ys.unlink(missing_ok=True)
         x, y = decode_image_folder(folder / split)
         array_cache_dir()  # created, and dead writers' temporary files removed, before the first save
-        _atomic_save(ys, y)
-        _atomic_save(xs, x)
+        _save_arrays(xs, ys, x, y)
         return x, y
     if _torchvision_present(dataset) or allow_download(download):
         return _load_torchvision(split, dataset, download=allow_download(download))
