@@ -27,8 +27,7 @@ from _record import record, results_dir  # noqa: E402
 from memlab.core.config import cpu_bf16  # noqa: E402
 from memlab.data.vision import load_cifar  # noqa: E402
 from memlab.models.fastcnn import fastcnn  # noqa: E402
-from memlab.models.recipe import Recipe  # noqa: E402
-from memlab.models.recipe import train_fast  # noqa: E402
+from memlab.models.recipe import Recipe, train_fast  # noqa: E402
 from memlab.models.train import accuracy  # noqa: E402
 
 NAME = "cifar_recipe"

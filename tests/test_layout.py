@@ -111,7 +111,7 @@ def layer_of(name: str) -> str | None:
         return "memlab"
     if parts == ["memlab", TOP]:
         return TOP
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else None
+    return parts[1] if parts[1] in LAYERS else None
 
 
 def rank(layer: str) -> int:
@@ -130,7 +130,7 @@ def misplaced(graph: dict[str, set[str]], lib: Path | None = None) -> list[str]:
     lib = lib or LIB
     out = []
     for name, targets in sorted(graph.items()):
-        if layer_of(name) is None or (layer_of(name) not in ("memlab", TOP) and layer_of(name) not in LAYERS):
+        if layer_of(name) is None:
             where = home(targets)
             out.append(f"{name.replace('.', '/')}.py sits outside the layers: by what it imports it belongs in "
                        f"lib/memlab/{where}/ (or a later layer's folder: {', '.join(LAYERS[LAYERS.index(where):])})")

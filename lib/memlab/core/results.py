@@ -202,11 +202,12 @@ def chapter_code(chapter: str) -> str | None:
 MOVES_FILE = "data/code_moves.yaml"  # earlier fingerprints of a chapter's current code (see same_code)
 
 
-def earlier_codes(chapter: str) -> set[str]:
+def earlier_codes(chapter: str, now: str | None = None) -> set[str]:
     """Fingerprints of earlier code that ``data/code_moves.yaml`` declares equal to the chapter's current
     code: a move of modules that changed no result (every chapter's ``smoke`` results identical apart
     from wall times). A declaration holds only while its ``now`` is the current fingerprint, so any
-    later change to the chapter leaves its earlier sweeps stale again."""
+    later change to the chapter leaves its earlier sweeps stale again. ``now``: the chapter's
+    fingerprint, when the caller has it already (it hashes the chapter's files)."""
     import yaml
 
     from memlab.core.config import repo_root
@@ -214,7 +215,7 @@ def earlier_codes(chapter: str) -> set[str]:
     path = repo_root() / MOVES_FILE
     if not path.is_file():
         return set()
-    now = chapter_code(chapter)
+    now = chapter_code(chapter) if now is None else now
     moves = (yaml.safe_load(path.read_text()) or {}).get(chapter) or []
     return {m["was"] for m in moves if now is not None and m.get("now") == now}
 
@@ -224,7 +225,8 @@ def same_code(chapter: str, a: str | None, b: str | None) -> bool:
     or both the current code or an earlier one declared equal to it (:func:`earlier_codes`)."""
     if a == b:
         return True
-    current = {chapter_code(chapter)} | earlier_codes(chapter)
+    now = chapter_code(chapter)
+    current = {now} | earlier_codes(chapter, now)
     return a in current and b in current
 
 class Run:

@@ -240,15 +240,12 @@ def _sums_path(xs: Path) -> Path:
 
 def _save_arrays(xs: Path, ys: Path, x: np.ndarray, y: np.ndarray) -> None:
     """Both arrays, then their SHA-256 sidecar (last: arrays without one are never trusted)."""
-    import json
-
     from memlab.core.cache import sha256_file
-    from memlab.core.fsutil import write_atomic
+    from memlab.core.results import write_json_atomic
 
     _atomic_save(ys, y)
     _atomic_save(xs, x)
-    sums = {p.name: sha256_file(p) for p in (xs, ys)}
-    write_atomic(_sums_path(xs), lambda f: f.write(json.dumps(sums).encode()))
+    write_json_atomic(_sums_path(xs), {p.name: sha256_file(p) for p in (xs, ys)})
 
 
 class _Unchecked(Exception):

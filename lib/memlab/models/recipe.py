@@ -65,7 +65,8 @@ def lr_factor(step: int, total: int, recipe: Recipe) -> float:
 
 
 def param_groups(model: nn.Module, recipe: Recipe) -> list[dict]:
-    """SGD groups: weights at ``lr``; the norm layers' and the whitening conv's biases at ``lr * norm_lr_mult``."""
+    """SGD groups: weights at ``lr``; the norm layers' parameters and every bias (in the fast CNN, the
+    whitening conv's: airbench keeps it at ``lr``) at ``lr * norm_lr_mult``."""
     fast, slow = [], []
     for module in model.modules():
         norm = isinstance(module, (nn.BatchNorm2d, nn.GroupNorm, nn.LayerNorm))
