@@ -40,6 +40,8 @@ CANDIDATES = {
     "gn": ({"norm": "gn"}, {}, None),
     "gn-slow": ({"norm": "gn"}, {"lr": 0.4, "norm_lr_mult": 4.0}, None),
     "gn-mid": ({"norm": "gn"}, {"lr": 0.8, "norm_lr_mult": 8.0}, None),
+    "gn-b256": ({"norm": "gn"}, {"batch_size": 256, "lr": 0.1, "norm_lr_mult": 4.0, "decay": 0.0005}, None),
+    "gn-scales": ({"norm": "gn", "train_scales": True}, {"lr": 0.4, "norm_lr_mult": 4.0}, None),
 }
 TRAIN_EVAL = 10_000  # training images the no-augmentation accuracy is measured on
 FORGET_CLASS = 0  # airplane
@@ -55,7 +57,7 @@ def run(name: str, epochs: int, per_class: int | None, test_per_class: int | Non
     if per_class is not None and per_class * 10 < recipe.batch_size:
         recipe = replace(recipe, batch_size=max(8, per_class * 10 // 4), whiten_images=per_class * 10)
     torch.manual_seed(seed)
-    model = fastcnn(norm=net["norm"], shape=net.get("shape", "airbench94"))
+    model = fastcnn(**net)
     rows, clock, eval_s = [], time.perf_counter(), 0.0
 
     def evaluate(epoch: int, m: torch.nn.Module) -> None:
@@ -90,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     per_class, test_per_class, epochs = (20, 10, 2) if args.toy else (None, None, args.epochs)
     path = results_dir() / f"{NAME}.json"
-    done = json.loads(path.read_text())["measurements"] if path.exists() and not args.toy else {}
     start = time.perf_counter()
-    for name in args.candidates:
-        done[f"{name}-{epochs}ep"] = run(name, epochs, per_class, test_per_class, args.seed)
+    new = {f"{name}-{epochs}ep": run(name, epochs, per_class, test_per_class, args.seed) for name in args.candidates}
+    # read just before writing, so candidates measured side by side in two processes both stay
+    done = json.loads(path.read_text())["measurements"] if path.exists() and not args.toy else {}
+    done.update(new)
     record(NAME if not args.toy else f"{NAME}-toy", done, time.perf_counter() - start)
     return 0
 

@@ -53,10 +53,13 @@ def test_bad_parameters_fail_before_any_work(override, param):
 
 def test_profiles_resolve_and_paper_uses_reference_settings():
     p = config.resolve(CH, "paper")
-    assert (p.width, p.n_seeds, p.epochs, p.ood_source, max(p.budgets)) == (64, 3, 182, "cifar100", 9000)
+    assert (p.arch, p.width, p.n_seeds, p.epochs, p.ood_source, max(p.budgets)) == \
+        ("resnet18", 64, 3, 182, "cifar100", 9000)
     assert E.method_hparams(p, "SalUn", 0) == {"seed": 0}  # module DEFAULTS = reference values
     c = config.resolve(CH, "cpu")
-    assert set(c.methods) == set(E.METHODS) and c.width < p.width
+    assert set(c.methods) == set(E.METHODS) and (c.arch, c.train_per_class) == ("fastcnn", 5000)
+    # the paper's schedules where a regime gate reads them: GA's 500 steps, relearning's 50 epochs
+    assert E.method_hparams(c, "GA", 0) == {"seed": 0} and c.relearn_epochs == 50 and max(c.ga_steps_sweep) == 500
 
 
 def test_relearn_auc_is_zero_for_retrain_one_for_original_and_linear_between():

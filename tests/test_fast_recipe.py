@@ -197,3 +197,62 @@ def test_a_checkpoint_of_another_recipe_is_not_resumed(tmp_path):
     other = replace(Recipe(epochs=2, batch_size=16, whiten_images=32), lr=0.1)
     losses = train_fast(fc.FastCNN(widths=TINY), x, y, other, bf16=False, checkpoint=ckpt)
     assert len(losses) == 2 and torch.load(ckpt, weights_only=False)["recipe"]["lr"] == 0.1
+
+
+def test_widths_and_memory_follow_airbench94_ratios():
+    assert fc.widths_of(64) == fc.SHAPES["airbench94"]
+    params = sum(p.numel() for p in fc.fastcnn(width=64).parameters())
+    assert 1.9e6 < params < 2.0e6
+    # the estimate counts the parameters four times plus the activations, and grows with the batch
+    assert fc.train_memory_bytes(64, 1024) > fc.train_memory_bytes(64, 256) > 16 * params
+    with pytest.raises(ValueError, match="parameter 'width'.*got 0"):
+        fc.widths_of(0)
+
+
+def test_a_chapter_builds_either_classifier_and_refuses_another():
+    from memlab.models.recipe import cifar_classifier
+
+    net = cifar_classifier("fastcnn", 10, norm="gn", width=4)
+    assert isinstance(net, fc.FastCNN) and net.widths == (4, 16, 16) and net.norm == "gn"
+    bn = cifar_classifier("fastcnn", 10, width=4)
+    assert all(m.momentum == 0.1 for m in bn.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert type(cifar_classifier("resnet18", 10, width=2)).__name__ == "ResNet18"
+    with pytest.raises(ValueError, match="parameter 'arch'.*vgg"):
+        cifar_classifier("vgg", 10)
+
+
+def test_retrain_of_the_fast_net_starts_fresh_and_trains_by_its_recipe(monkeypatch):
+    """Retrain re-initialises the fast CNN by building it anew (whitening and Dirac init included) and
+    trains it by train_fast with the chapter's epochs, batch and learning rate; the original is untouched."""
+    from memlab.models import recipe as R
+    from memlab.science.unlearning import retrain as RT
+    from memlab.science.unlearning.registry import Splits
+
+    x, y = _toy(64)
+    torch.manual_seed(0)
+    original = fc.FastCNN(widths=TINY)
+    train_fast(original, x, y, Recipe(epochs=1, batch_size=32, lr=0.2, whiten_images=64), seed=0, bf16=False)
+    before = {k: v.clone() for k, v in original.state_dict().items()}
+    seen = {}
+    real = R.train_fast
+
+    def spy(model, xs, ys, recipe, **kw):
+        seen.update(recipe=recipe, start=model.group1.conv1.weight.detach().clone(), n=len(xs))
+        return real(model, xs, ys, recipe, **kw)
+
+    monkeypatch.setattr(R, "train_fast", spy)
+    net = RT.retrain(original, Splits(x[:16], y[:16], x[16:], y[16:], 2),
+                     {"epochs": 2, "batch_size": 16, "lr": 0.1, "seed": 3})
+    assert seen["n"] == 48 and (seen["recipe"].epochs, seen["recipe"].batch_size, seen["recipe"].lr) == (2, 16, 0.1)
+    torch.manual_seed(3)
+    assert torch.equal(seen["start"], fc.FastCNN(widths=TINY).group1.conv1.weight)  # a fresh, seeded init
+    assert all(torch.equal(before[k], v) for k, v in original.state_dict().items())
+    assert not torch.equal(net.group1.conv1.weight, original.group1.conv1.weight) and not net.training
+
+
+def test_train_supervised_gives_groupnorm_its_own_norm_rate():
+    from memlab.models.recipe import NORM_RECIPE, recipe_for
+
+    assert recipe_for(fc.FastCNN(widths=TINY, norm="bn"), 3, 64, 1.0).norm_lr_mult == Recipe().norm_lr_mult
+    gn = recipe_for(fc.FastCNN(widths=TINY, norm="gn"), 3, 64, 1.0)
+    assert gn.norm_lr_mult == NORM_RECIPE["gn"]["norm_lr_mult"] < Recipe().norm_lr_mult and gn.epochs == 3

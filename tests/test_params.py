@@ -138,7 +138,7 @@ BAD = [
     ("01_bn_illusion", ["-p", "profile", "smoke"], "parameter 'profile': choose it with --profile"),
     ("02_sde", ["--profile", "paper", "-p", "profile", "smoke"], "parameter 'profile'"),
     ("02_sde", ["-p", "seed", "99999999999999999999"], "parameter 'seed': must be an integer in [0, 2147483647]"),
-    ("01_bn_illusion", ["-p", "width", "100000"], "parameter 'width': a ResNet-18 of width 100000"),
+    ("01_bn_illusion", ["-p", "width", "100000"], "parameter 'width': a fast CNN of width 100000"),
     ("02_sde", ["-p", "width", "100000"], "GiB"),
     ("05_capacity", ["-p", "dataset_sizes", "[1000000000]"], "parameter 'dataset_sizes': N = 1000000000"),
     ("01_bn_illusion", ["-p", "train_per_class", "100000"], "parameter 'train_per_class': must be an integer in"),

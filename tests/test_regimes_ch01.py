@@ -62,7 +62,8 @@ def test_forget_epochs_counts_passes_with_the_last_partial_batch():
 
 
 @pytest.mark.parametrize("profile, n_forget, expected", [
-    ("cpu", 1000, {"relearn_epochs": 5, "ga_forget_epochs": 12.5, "ga_sweep_forget_epochs": 12.5}),
+    # the cpu profile has the paper's forget set, GA steps and relearning length (issue 53)
+    ("cpu", 5000, {"relearn_epochs": 50, "ga_forget_epochs": 12.5, "ga_sweep_forget_epochs": 12.5}),
     # the paper profile reaches every schedule gate (GA's DEFAULTS: 500 steps of 128)
     ("paper", 5000, {"relearn_epochs": 50, "ga_forget_epochs": 12.5, "ga_sweep_forget_epochs": 12.5}),
 ])
@@ -286,3 +287,29 @@ def test_the_published_cpu_run_lies_outside_every_regime():
     gated = {k for r in paper.regimes(CH).values() for k in r["claims"]}
     assert {k for k, r in rows.items() if r["verdict"] == paper.OUTSIDE_REGIME} == gated
     assert np.isclose(rows["six_of_nine"]["regime"]["measured"][0]["value"], 65.6)
+
+
+# ----------------------------------------------------------------------------- the regime in words
+
+
+def test_the_regime_words_follow_the_gate_and_the_markers_stand_beside_the_papers():
+    import pandas as pd
+
+    floor = next(r["at_least"] for r in paper.regimes(CH)["trained_original"]["requires"]
+                 if r["metric"] == "regime/Original/forget-class test acc")
+    reg = pd.DataFrame({"train acc (retain)": [92.0, 93.0], "test acc": [86.0, 77.0]}, index=["Original", "Retrain"])
+    reg.attrs.update(n_test=2500, n_retain=1000)
+    inside = E.regime_text({"Pre-F": floor + 0.1, "Pre-R": 92.0}, reg)
+    outside = E.regime_text({"Pre-F": floor - 0.1, "Pre-R": 92.0}, reg)
+    assert "as the paper's gate asks" in inside and "capped" not in inside
+    assert "below the paper's gate" in outside and "capped" in outside
+    cfg = config.resolve(CH, "cpu")
+    assert "as the paper" not in E.closing_caveat(cfg, {"Pre-F": floor - 1}) and \
+        f"gate: at least {floor:.1f}%" in E.closing_caveat(cfg, {"Pre-F": floor + 1})
+    assert f"{cfg.train_per_class} training images per class" in E.setup_text(cfg) and "fast BatchNorm CNN" in \
+        E.setup_text(cfg)
+    torch.manual_seed(0)
+    nets = {"Original": E.build(config.resolve(CH, "smoke")), "Retrain": torch.nn.Linear(10, 2)}
+    markers = E.model_markers(nets, reg)
+    assert markers.loc["parameters (M)", "Retrain"] == 0.0 and markers.loc["train - test gap (pp)", "Retrain"] == 16.0
+    assert markers.loc["parameters (M)", "paper (original)"] == paper.number(CH, "paper_params_m")

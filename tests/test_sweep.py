@@ -2,7 +2,9 @@
 sweep with its summary, resuming, a worker killed mid-run, a failing run recorded, the SLURM script."""
 import json
 import os
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from memlab import cli
 from memlab.report import sweep_summary
 from memlab.run import sweep
-from conftest import install_fake_chapter
+from conftest import REPO, install_fake_chapter
 from memlab.core.config import ConfigError
 
 FAKE_SPEC = '''
@@ -180,6 +182,25 @@ def test_real_smoke_sweep_2x2_then_resume(tmp_path, capsys, monkeypatch):
     assert {r: (sweep_dir / r / "run.json").stat().st_mtime_ns for r in runs} == stamps
     assert cli.main(["sweep", "--summary", str(sweep_dir)]) == 0
     assert (sweep_dir / "summary.json").read_bytes() == before
+    # committed as they finished, the runs resume on a fresh machine: only what git keeps, no model cache
+    fresh = tmp_path / "fresh-clone"
+    _copy_what_git_keeps(sweep_dir, fresh / sweep_dir.name)
+    monkeypatch.setenv("MEMLAB_CACHE", str(tmp_path / "empty-cache"))
+    assert cli.main([*argv[:-1], str(fresh)]) == 0
+    assert "4 already complete, 0 to run" in capsys.readouterr().out
+
+
+def _copy_what_git_keeps(src: Path, dst: Path) -> None:
+    """Copy the files of sweep folder ``src`` that the repository's .gitignore keeps under data/sweeps/."""
+    files = [p for p in src.rglob("*") if p.is_file()]
+    rel = [f"data/sweeps/{src.name}/{p.relative_to(src).as_posix()}" for p in files]
+    ignored = set(subprocess.run(["git", "check-ignore", "--no-index", "--stdin"], cwd=REPO, text=True,
+                                 input="\n".join(rel), capture_output=True).stdout.split())
+    assert not any("/results/" in r or r.endswith("/run.json") for r in ignored), ignored
+    for p, r in zip(files, rel):
+        if r not in ignored:
+            (dst / p.relative_to(src)).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dst / p.relative_to(src))
 
 
 @pytest.mark.slow  # an end-to-end run: left out of the ISA legs (scripts/test.sh)

@@ -87,6 +87,8 @@ class FastCNN(nn.Module):
         if len(widths) != 3 or any(not isinstance(w, int) or w < 1 for w in widths):
             raise ValueError(f"parameter 'widths': must be three positive integers (got {widths!r})")
         self.norm, self.widths = norm, tuple(widths)
+        self.init_args = dict(num_classes=num_classes, norm=norm, widths=tuple(widths), bn_momentum=bn_momentum,
+                              logit_scale=logit_scale, train_scales=train_scales)
         c_whiten = 2 * 3 * WHITEN_PATCH**2
         self.whiten = nn.Conv2d(3, c_whiten, WHITEN_PATCH, padding=0, bias=True)
         self.whiten.weight.requires_grad_(False)  # set from the data by whiten_init, never trained
@@ -103,6 +105,21 @@ class FastCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.features(x))
+
+    # The depth probes (memlab.science.probes.layer_outputs) read a ResNet's stages 2 and 3 by name; here
+    # they are the second and last conv groups (properties, so the state dict's names stay the groups').
+    @property
+    def layer2(self) -> ConvGroup:
+        return self.group2
+
+    @property
+    def layer3(self) -> ConvGroup:
+        return self.group3
+
+    def fresh(self) -> "FastCNN":
+        """A newly initialised net of the same shape, on the same device (seed the global generator
+        first): what a training from scratch, such as Retrain's, starts from."""
+        return FastCNN(**self.init_args).to(self.whiten.weight.device)
 
 
 @torch.no_grad()
@@ -123,9 +140,33 @@ def whiten_init(model: FastCNN, images: torch.Tensor, eps: float = WHITEN_EPS) -
     model.whiten.weight.copy_(torch.cat([filters, -filters]).to(model.whiten.weight))
 
 
-def fastcnn(num_classes: int = 10, norm: str = "bn", shape: str = "airbench94", device=None, **kw) -> FastCNN:
-    """A :class:`FastCNN` of a named shape (:data:`SHAPES`), on ``device``."""
+def widths_of(width: int) -> tuple[int, int, int]:
+    """The three group widths of a net whose first group has ``width`` channels, airbench94's ratios
+    (64 -> (64, 256, 256))."""
+    if width < 1:
+        raise ValueError(f"parameter 'width': must be >= 1 (got {width})")
+    return (width, 4 * width, 4 * width)
+
+
+def fastcnn(num_classes: int = 10, norm: str = "bn", shape: str = "airbench94", device=None,
+            width: int | None = None, **kw) -> FastCNN:
+    """A :class:`FastCNN` of a named shape (:data:`SHAPES`), or of ``widths_of(width)`` when ``width`` is
+    given, on ``device``."""
     if shape not in SHAPES:
         raise ValueError(f"parameter 'shape': must be one of {', '.join(SHAPES)} (got {shape!r})")
-    model = FastCNN(num_classes, norm, SHAPES[shape], **kw)
+    model = FastCNN(num_classes, norm, SHAPES[shape] if width is None else widths_of(width), **kw)
     return model.to(device) if device is not None else model
+
+
+def train_memory_bytes(width: int, batch_size: int, num_classes: int = 10) -> int:
+    """Rough upper estimate (bytes) of training the net of ``widths_of(width)`` on 32x32 images in fp32.
+
+    Parameters (about 480 * width**2: 1.97 M at width 64) counted four times (weights, gradients,
+    momentum, an unlearning run's copy of the original), plus the activations kept for backward: the
+    feature maps of each group (pre-pool conv output, then five maps at the pooled size), twice over
+    for autograd's saved inputs. Used to refuse a width before any work.
+    """
+    w1, w2, w3 = widths_of(width)
+    params = 24 * w1 * 9 + w1 * w1 * 9 + w1 * w2 * 9 + w2 * w2 * 9 + w2 * w3 * 9 + w3 * w3 * 9 + w3 * num_classes
+    maps = 24 * 31 * 31 + w1 * (31 * 31 + 5 * 15 * 15) + w2 * (15 * 15 + 5 * 7 * 7) + w3 * (7 * 7 + 5 * 3 * 3)
+    return 16 * params + 2 * 4 * batch_size * maps

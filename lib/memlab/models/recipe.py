@@ -32,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from memlab.core.config import autocast, cpu_bf16
+from memlab.core.config import autocast, cpu_bf16, device
 from memlab.core.progress import progress
-from memlab.models.train import augment_batch, batch_bounds, model_device
+from memlab.models.fastcnn import FastCNN, whiten_init
+from memlab.models.train import augment_batch, batch_bounds, model_device, train_classifier
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,6 @@ def train_fast(
     checkpoint = checkpoint if checkpoint is not None else checkpoint_path()
     gen = torch.Generator().manual_seed(seed)
     if hasattr(model, "whiten"):
-        from memlab.models.fastcnn import whiten_init
-
         whiten_init(model, x[: recipe.whiten_images].to(dev))
     opt = torch.optim.SGD(param_groups(model, recipe), momentum=recipe.momentum, nesterov=True)
     bounds = batch_bounds(len(x), recipe.batch_size)
@@ -162,3 +161,61 @@ def train_fast(
     bar.close()
     model.eval()
     return losses
+
+
+# What the GroupNorm net's training changes in the recipe (benchmarks/bench_cifar_recipe.py, "gn-b256"):
+# at BatchNorm's rates it does not learn, so its norm shifts learn only 4x faster than its weights, and
+# at its batch of 256 (4x the steps of 1024) each step decays the weights a quarter as much.
+NORM_RECIPE: dict[str, dict] = {"bn": {}, "gn": {"norm_lr_mult": 4.0, "decay": 0.0005}}
+
+
+def recipe_for(model: nn.Module, epochs: int, batch_size: int, lr: float) -> Recipe:
+    """The :class:`Recipe` a :class:`memlab.models.fastcnn.FastCNN` of ``model.norm`` trains by, at the
+    given length, batch size and peak learning rate (:data:`NORM_RECIPE`)."""
+    return Recipe(epochs=epochs, batch_size=batch_size, lr=lr, **NORM_RECIPE[model.norm])
+
+
+def train_supervised(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
+                     lr: float, seed: int, desc: str = "train", momentum: float = 0.9,
+                     weight_decay: float = 5e-4, augment: bool = True) -> list[float]:
+    """Train ``model`` from its current weights on (x, y) by the recipe of its kind; returns the mean
+    training loss (nats) of each epoch.
+
+    A :class:`memlab.models.fastcnn.FastCNN` trains by :func:`train_fast` with :func:`recipe_for` (its own
+    momentum, weight decay and augmentation; ``momentum``, ``weight_decay`` and ``augment`` are not
+    used); any other net by :func:`memlab.models.train.train_classifier` (SGD, cosine decay).
+    x: (N, C, H, W) normalised float images; y: (N,) int64 labels.
+    """
+    if isinstance(model, FastCNN):
+        return train_fast(model, x, y, recipe_for(model, epochs, batch_size, lr), seed=seed, desc=desc)
+    return train_classifier(model, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+                            weight_decay=weight_decay, augment=augment, seed=seed, desc=desc)
+
+
+ARCHS = ("fastcnn", "resnet18")  # the CIFAR classifiers a vision chapter can train
+
+
+def cifar_classifier(arch: str, num_classes: int, norm: str = "bn", width: int = 64) -> nn.Module:
+    """A freshly initialised CIFAR classifier (seed the global generator first), on the run's device.
+
+    ``fastcnn``: :class:`memlab.models.fastcnn.FastCNN` of ``widths_of(width)``, trained by
+    :func:`train_fast`; its BatchNorm layers' momentum is PyTorch's default 0.1, the paper ResNet-18's,
+    since how fast an unlearning method moves the running statistics is what the BN papers measure
+    (airbench trains with 0.4). ``resnet18``:
+    :func:`memlab.models.resnet.resnet18` of stem ``width``.
+    """
+    from memlab.models.fastcnn import fastcnn
+    from memlab.models.resnet import resnet18
+
+    if arch == "fastcnn":
+        return fastcnn(num_classes, norm=norm, width=width, bn_momentum=0.1, device=device())
+    if arch == "resnet18":
+        return resnet18(num_classes, norm=norm, width=width)
+    raise ValueError(f"parameter 'arch': must be one of {', '.join(ARCHS)} (got {arch!r})")
+
+
+def cifar_train_memory(arch: str, width: int, batch_size: int, num_classes: int = 10) -> int:
+    """Rough upper estimate (bytes) of training :func:`cifar_classifier`'s net at ``batch_size``."""
+    from memlab.models import fastcnn, resnet
+
+    return (fastcnn if arch == "fastcnn" else resnet).train_memory_bytes(width, batch_size, num_classes)

@@ -152,7 +152,7 @@ def layer_outputs(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> d
 
     x: (N, C, H, W) float tensor. ``model`` needs ``layer2``, ``layer3`` (stages whose outputs are
     (N, C', H', W')), ``features`` (x -> penultimate (N, d)) and ``fc`` (penultimate -> logits (N, K)),
-    as :func:`memlab.models.resnet.resnet18`. Returns {depth: (N, d) float64 array}: layer2 / layer3:
+    as :func:`memlab.models.resnet.resnet18` and :class:`memlab.models.fastcnn.FastCNN` have. Returns {depth: (N, d) float64 array}: layer2 / layer3:
     globally average-pooled activations of that stage; penultimate: ``model.features``; logits:
     ``model.fc`` of it; softmax: probabilities (rows sum to 1).
     """

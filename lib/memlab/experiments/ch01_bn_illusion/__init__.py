@@ -15,7 +15,7 @@ from .stages import (VIT_METHODS, Data, audit, budget_sweep, build, epochs_for, 
                      forget_classes, ga_step_sweep, groupnorm_control, linear_probe, load_data, method_hparams,
                      misalignment_profile, original_model, recovered_accuracy, relearn_curve, retain_accuracy,
                      run_method_table, salun_mix_sweep, unlearned_model, vit_control)
-from .tables import (METRICS, REGIME_COLUMNS, appendix_h_metrics, appendix_q_metrics, correlation_metrics,
+from .tables import (METRICS, closing_caveat, model_markers, regime_text, setup_text, REGIME_COLUMNS, appendix_h_metrics, appendix_q_metrics, correlation_metrics,
                      correlations, data_metrics, figure1a_metrics, figure1a_table, figure1b_metrics,
                      figure1b_table, forget_epochs, gn_metrics, lp_decomposition, misalignment_metrics,
                      recal_metrics, regime, regime_metrics, schedule_metrics, summarise, table1_metrics,
@@ -32,7 +32,7 @@ __all__ = [
     "data_metrics", "figure1a_metrics", "figure1a_table", "figure1b_metrics", "figure1b_table", "gn_metrics",
     "forget_epochs", "lp_decomposition", "schedule_metrics",
     "misalignment_metrics", "recal_metrics", "regime", "regime_metrics", "summarise", "table1_metrics",
-    "table2_metrics", "vit_metrics",
+    "table2_metrics", "vit_metrics", "closing_caveat", "model_markers", "regime_text", "setup_text",
     "GAP_PP", "METRIC_KEYS", "NINE", "ZERO_ROWS", "ZERO_TOL_PP", "claims",
     "patch_shuffle", "correlation_tests",
 ]

@@ -19,9 +19,9 @@ from torch import nn
 
 from memlab.core import cache
 from memlab.science import bn, probes
-from memlab.core.config import device, seed_everything
+from memlab.core.config import autocast, cpu_bf16, device, seed_everything
 from memlab.data import vision
-from memlab.models.resnet import resnet18
+from memlab.models.recipe import cifar_classifier, train_supervised
 from memlab.models.vit import vit_small
 from memlab.core.progress import progress
 from memlab.models.train import accuracy, predict_logits, train_classifier
@@ -94,29 +94,38 @@ def load_data(cfg) -> Data:
 # ----------------------------------------------------------------------------- models
 
 
+def schedule_for(cfg, norm: str) -> dict:
+    """Epochs, batch size and peak learning rate of the Original and Retrain of one normalisation
+    (GroupNorm: ``gn_epochs``, ``gn_batch_size``, ``gn_lr``, its own recipe)."""
+    if norm == "gn":
+        return dict(epochs=cfg.gn_epochs, batch_size=cfg.gn_batch_size, lr=cfg.gn_lr)
+    return dict(epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr)
+
+
 def epochs_for(cfg, norm: str) -> int:
     """Training epochs of the Original and Retrain of one normalisation (GroupNorm: ``gn_epochs``)."""
-    return cfg.gn_epochs if norm == "gn" else cfg.epochs
+    return schedule_for(cfg, norm)["epochs"]
 
 
 def _data_key(cfg, seed: int, norm: str) -> dict:
-    return dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, width=cfg.width,
-                norm=norm, epochs=epochs_for(cfg, norm), batch_size=cfg.batch_size, lr=cfg.lr, seed=seed)
+    return dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, arch=cfg.arch,
+                width=cfg.width, norm=norm, **schedule_for(cfg, norm), seed=seed)
 
 
 def build(cfg, norm: str = "bn") -> nn.Module:
-    return resnet18(NUM_CLASSES[cfg.dataset], norm=norm, width=cfg.width).to(device())
+    """A freshly initialised classifier of ``cfg.arch`` (:func:`memlab.models.recipe.cifar_classifier`)."""
+    return cifar_classifier(cfg.arch, NUM_CLASSES[cfg.dataset], norm=norm, width=cfg.width)
 
 
 def original_model(cfg, data: Data, seed: int, norm: str = "bn") -> nn.Module:
-    """The model trained on all classes (cached)."""
+    """The model trained on all classes (cached), by its kind's recipe
+    (:func:`memlab.models.recipe.train_supervised`)."""
     s = data.splits
     x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
 
     def train(model):
         seed_everything(seed)
-        train_classifier(model, x, y, epochs=epochs_for(cfg, norm), batch_size=cfg.batch_size, lr=cfg.lr,
-                         seed=seed, desc=f"Original ({norm}, seed {seed})")
+        train_supervised(model, x, y, **schedule_for(cfg, norm), seed=seed, desc=f"Original ({norm}, seed {seed})")
 
     def make():
         torch.manual_seed(seed)
@@ -146,7 +155,9 @@ def unlearned_model(cfg, data: Data, original: nn.Module, method: str, seed: int
 
     def train(model):
         seed_everything(seed)
-        out = fn(original, data.splits, hp)
+        # bf16 where the CPU computes it natively, as the Original trained (weights and updates stay fp32)
+        with autocast(device(), cpu_bf16=cpu_bf16()):
+            out = fn(original, data.splits, hp)
         model.load_state_dict(out.state_dict())
 
     return cache.load_or_train(CHAPTER, "unlearned", key, lambda: copy.deepcopy(original), train, CODE_VERSION)
@@ -160,7 +171,7 @@ def method_hparams(cfg, name: str, seed: int, norm: str = "bn", **overrides) -> 
     the rest from its module's DEFAULTS. The dict is part of the unlearned model's cache key.
     """
     if name == "Retrain":
-        return dict(epochs=epochs_for(cfg, norm), batch_size=cfg.batch_size, lr=cfg.lr, seed=seed)
+        return dict(schedule_for(cfg, norm), seed=seed)
     groups = cfg.get("method_hparams") or METHOD_HPARAMS[cfg.profile]
     return {**groups.get(name, {}), **overrides, "seed": seed}
 
@@ -345,13 +356,16 @@ def groupnorm_control(cfg, data: Data) -> pd.DataFrame:
 
 
 VIT_METHODS = ["SCRUB", "GA", "SalUn", "BadTeacher", "SSD"]
+VIT_BATCH = 128
 
 
 def vit_control(cfg, data: Data) -> pd.DataFrame:
     """Appendix M: Pre-F, Post-F, ΔF of five methods on a LayerNorm ViT (patch 16); ΔF must be exactly 0."""
     seed = cfg.seed
     heads = 6 if cfg.vit_dim % 6 == 0 else 1
-    key = dict(_data_key(cfg, seed, "ln"), arch="vit", dim=cfg.vit_dim, depth=cfg.vit_depth, heads=heads)
+    key = dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, arch="vit",
+               dim=cfg.vit_dim, depth=cfg.vit_depth, heads=heads, epochs=cfg.vit_epochs, batch_size=VIT_BATCH,
+               lr=cfg.vit_lr, seed=seed)
     s = data.splits
     x, y = torch.cat([s.retain_x, s.forget_x]), torch.cat([s.retain_y, s.forget_y])
 
@@ -361,7 +375,7 @@ def vit_control(cfg, data: Data) -> pd.DataFrame:
 
     def train(model):
         seed_everything(seed)
-        train_classifier(model, x, y, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=seed,
+        train_classifier(model, x, y, epochs=cfg.vit_epochs, batch_size=VIT_BATCH, lr=cfg.vit_lr, seed=seed,
                          desc="Original (ViT)")
 
     orig = cache.load_or_train(CHAPTER, "original-vit", key, make, train, CODE_VERSION)

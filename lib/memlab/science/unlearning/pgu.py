@@ -104,9 +104,11 @@ def pgu(model: nn.Module, splits, cfg=None) -> nn.Module:
         return -F.cross_entropy(net(take(splits.forget_x, idx, dev)), take(splits.forget_y, idx, dev))
 
     def project() -> None:
-        for n, m in layers.items():
-            grad = m.weight.grad
-            m.weight.grad = (grad.flatten(1) @ proj[n]).view_as(grad)
+        # in fp32 even under a caller's autocast: the projection edits the fp32 gradients themselves
+        with torch.autocast(dev.type, enabled=False):
+            for n, m in layers.items():
+                grad = m.weight.grad
+                m.weight.grad = (grad.flatten(1) @ proj[n]).view_as(grad)
 
     optimise_steps(net, batches, opt, hp["steps"], loss_fn, desc="PGU", bn_mode="eval", edit_grads=project)
     for p in net.parameters():
