@@ -345,8 +345,13 @@ def _findings_problems(page, path: str, width: int, book: Path, chapter: str) ->
         out.append(f"{path} @1280: the findings box starts at {box['top']:.0f} px, below the first two screens")
     res = json.loads((book / "results" / f"{chapter}.json").read_text())
     text = _norm(box["text"].replace("\u2019", "'").replace("\u2018", "'"))  # Sphinx's smart quotes
-    if "pooled over" in text:  # the box states the pooled verdicts of the chapter's seed sweep
-        res = {**res, "claims": pagekit.published_verdicts(chapter, res["claims"], book)[0]}
+    if "pooled over" in text:  # the box states the pooled verdicts of the seed sweep of the page's own code
+        from memlab.report import robustness
+
+        pooled = robustness.current_pooled(book, chapter, res)
+        assert pooled is not None, f"{path}: the box says pooled, but no seed sweep of the page's code is published"
+        by_key = {r["key"]: r for r in pooled[0]}
+        res = {**res, "claims": [by_key.get(c["key"], c) for c in res["claims"]]}
     by_key = {c["key"]: c for c in res["claims"]}
     for key in pagekit.headline_keys(chapter):
         c = by_key[key]

@@ -256,3 +256,17 @@ def test_train_supervised_gives_groupnorm_its_own_norm_rate():
     assert recipe_for(fc.FastCNN(widths=TINY, norm="bn"), 3, 64, 1.0).norm_lr_mult == Recipe().norm_lr_mult
     gn = recipe_for(fc.FastCNN(widths=TINY, norm="gn"), 3, 64, 1.0)
     assert gn.norm_lr_mult == NORM_RECIPE["gn"]["norm_lr_mult"] < Recipe().norm_lr_mult and gn.epochs == 3
+
+
+def test_train_supervised_counts_epochs_from_one_for_either_kind_of_net():
+    """on_epoch gets the number of epochs done (train_fast's count), also through train_classifier's
+    0-based on_epoch_end, so a chapter's early checkpoint means the same epoch for both nets."""
+    from memlab.models.recipe import train_supervised
+    from memlab.models.resnet import resnet18
+
+    x, y = _toy(32)
+    for model in (fc.FastCNN(widths=TINY), resnet18(2, width=2)):
+        seen = []
+        train_supervised(model, x, y, epochs=2, batch_size=16, lr=0.05, seed=0,
+                         on_epoch=lambda epoch, m: seen.append((epoch, m.training)))
+        assert [e for e, _ in seen] == [1, 2], type(model).__name__

@@ -179,7 +179,7 @@ def test_a_finished_run_shows_the_sizes_that_ran_and_an_unfinished_one_where_it_
     (tmp_path / "book" / "results" / "02_sde.json").write_text(json.dumps(
         {"params": ran, "claims": [], "provenance": {"device": "cuda (NVIDIA H200)", "wall_time_s": 420}}))
     text = S.section_markdown("02_sde", tmp_path)
-    assert "| epochs | 10 | 12 |" in text and "| n targets | 20 | 50 |" in text and "7.0 minutes" in text
+    assert "| epochs | 6 | 12 |" in text and "| n targets | 50 | 50 |" in text and "7.0 minutes" in text
     entry = {"status": "stopped at its 530 s limit", "wall_s": 530.2, "toy": False, "parallel": True,
              "reached": "01_bn_illusion: Retrain: 52% 3048/5850 [01:40<01:28, 31.68it/s]"}
     (tmp_path / S.RECORD).write_text(json.dumps({"parts": {"01_bn_illusion": {**entry, "chapter": "01_bn_illusion"}}}))

@@ -43,6 +43,7 @@ def test_profiles_resolve_and_fit():
     (dict(methods=["Retrain", "Magic"]), "methods"),
     (dict(size_sweep=[4, 1000]), "size_sweep"),
     (dict(subset_sizes=[2, 10, 12]), "subset_sizes"),
+    (dict(augment=False), "augment"),  # the fastcnn recipe always shifts and flips
 ])
 def test_bad_parameters_fail_before_work(override, name):
     with pytest.raises(ConfigError, match=name):
@@ -202,7 +203,7 @@ def test_unroll_adds_recorded_accumulated_contribution():
 
 
 def test_epoch_mean_lrs_follow_cosine():
-    cfg = config.resolve("02_sde", "smoke", epochs=4, batch_size=10)
+    cfg = config.resolve("02_sde", "smoke", arch="resnet18", epochs=4, batch_size=10)
     lrs = ex.epoch_mean_lrs(cfg, 100)
     assert lrs.shape == (4,) and np.all(np.diff(lrs) < 0)
     # Mean of the cosine schedule over the run is half the peak learning rate.

@@ -31,7 +31,8 @@ CHAPTERS: dict[str, Chapter] = {
         Chapter("01_bn_illusion", "The BatchNorm illusion in unlearning evaluation",
                 "memlab.experiments.ch01_bn_illusion", "bn-illusion-unlearning.txt"),
         Chapter("02_sde", "Split-half dependence evaluation of unlearning",
-                "memlab.experiments.ch02_sde", "sde-hsic-unlearning-evaluation.txt"),
+                "memlab.experiments.ch02_sde", "sde-hsic-unlearning-evaluation.txt",
+                uses=("01_bn_illusion",)),  # its Original is chapter 1's where they are the same training
         Chapter("03_canary_audit", "Auditing reasoning-trace memorization after unlearning",
                 "memlab.experiments.ch03_canary_audit", "reasoning-trace-canary-audit.txt",
                 sweep_note=(

@@ -70,6 +70,12 @@ def loaded(key: str, stage: str) -> None:
     _ENTRIES.setdefault(key, {"stage": stage, "trained": False})
 
 
+def trained_keys() -> set[str]:
+    """The cache keys this process has trained (not loaded) so far: how a stage that calls another
+    chapter's cached function tells whether that call trained its model or read it."""
+    return {k for k, e in _ENTRIES.items() if e["trained"]}
+
+
 def peak_memory_mb() -> float:
     """This process's peak resident memory in MiB (Linux ``ru_maxrss`` is in KiB)."""
     import resource

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -63,6 +64,31 @@ def lr_factor(step: int, total: int, recipe: Recipe) -> float:
     if step < rise:
         return recipe.start + (1 - recipe.start) * step / rise
     return 1 - (1 - recipe.end) * (step - rise) / max(1, total - 1 - rise)
+
+
+def whiten_from(model: nn.Module, x: torch.Tensor, images: int = Recipe.whiten_images) -> nn.Module:
+    """Set a fast CNN's whitening conv from the first ``images`` images of x ((N, C, H, W) normalised), as
+    :func:`train_fast` does before its first step; a net without one is left as it is. Returns ``model``:
+    with the seeded build, the initial weights w_0 of a training."""
+    if hasattr(model, "whiten"):
+        whiten_init(model, x[:images].to(model_device(model)))
+    return model
+
+
+def epoch_mean_lrs(arch: str, n: int, epochs: int, batch_size: int, lr: float, norm: str = "bn") -> np.ndarray:
+    """(epochs,) mean learning rate of each epoch of :func:`train_supervised` training a net of ``arch`` on
+    ``n`` images at peak ``lr``: the fast CNN's :func:`lr_factor` schedule (the rate of its conv and linear
+    weights; its norm shifts' is ``norm_lr_mult`` times it), any other net's per-step cosine decay
+    (:func:`memlab.models.train.train_classifier`). Steps per epoch: :func:`batch_bounds`."""
+    steps = len(batch_bounds(n, batch_size))
+    total = epochs * steps
+    t = np.arange(total)
+    if arch == "fastcnn":
+        recipe = recipe_for(norm, epochs, batch_size, lr)
+        factors = np.array([lr_factor(int(s), total, recipe) for s in t])
+    else:
+        factors = (1 + np.cos(np.pi * t / total)) / 2
+    return (lr * factors).reshape(epochs, steps).mean(axis=1)
 
 
 def param_groups(model: nn.Module, recipe: Recipe) -> list[dict]:
@@ -118,8 +144,7 @@ def train_fast(
     bf16 = cpu_bf16() if bf16 is None else bf16
     checkpoint = checkpoint if checkpoint is not None else checkpoint_path()
     gen = torch.Generator().manual_seed(seed)
-    if hasattr(model, "whiten"):
-        whiten_init(model, x[: recipe.whiten_images].to(dev))
+    whiten_from(model, x, recipe.whiten_images)
     opt = torch.optim.SGD(param_groups(model, recipe), momentum=recipe.momentum, nesterov=True)
     bounds = batch_bounds(len(x), recipe.batch_size)
     total = recipe.epochs * len(bounds)
@@ -169,27 +194,34 @@ def train_fast(
 NORM_RECIPE: dict[str, dict] = {"bn": {}, "gn": {"norm_lr_mult": 4.0, "decay": 0.0005}}
 
 
-def recipe_for(model: nn.Module, epochs: int, batch_size: int, lr: float) -> Recipe:
+def recipe_for(model: nn.Module | str, epochs: int, batch_size: int, lr: float) -> Recipe:
     """The :class:`Recipe` a :class:`memlab.models.fastcnn.FastCNN` of ``model.norm`` trains by, at the
-    given length, batch size and peak learning rate (:data:`NORM_RECIPE`)."""
-    return Recipe(epochs=epochs, batch_size=batch_size, lr=lr, **NORM_RECIPE[model.norm])
+    given length, batch size and peak learning rate (:data:`NORM_RECIPE`). ``model``: the net, or its
+    norm ("bn" or "gn"), for a caller that needs the schedule without building the net."""
+    norm = model if isinstance(model, str) else model.norm
+    return Recipe(epochs=epochs, batch_size=batch_size, lr=lr, **NORM_RECIPE[norm])
 
 
 def train_supervised(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epochs: int, batch_size: int,
                      lr: float, seed: int, desc: str = "train", momentum: float = 0.9,
-                     weight_decay: float = 5e-4, augment: bool = True) -> list[float]:
+                     weight_decay: float = 5e-4, augment: bool = True,
+                     on_epoch: Callable[[int, nn.Module], None] | None = None) -> list[float]:
     """Train ``model`` from its current weights on (x, y) by the recipe of its kind; returns the mean
     training loss (nats) of each epoch.
 
     A :class:`memlab.models.fastcnn.FastCNN` trains by :func:`train_fast` with :func:`recipe_for` (its own
     momentum, weight decay and augmentation; ``momentum``, ``weight_decay`` and ``augment`` are not
     used); any other net by :func:`memlab.models.train.train_classifier` (SGD, cosine decay).
-    x: (N, C, H, W) normalised float images; y: (N,) int64 labels.
+    x: (N, C, H, W) normalised float images; y: (N,) int64 labels. ``on_epoch(epoch, model)`` runs after
+    each epoch with the number of epochs done (1-based, as :func:`train_fast` counts; the classifier
+    loop's 0-based ``on_epoch_end`` is shifted by one), and must leave the model as it found it.
     """
     if isinstance(model, FastCNN):
-        return train_fast(model, x, y, recipe_for(model, epochs, batch_size, lr), seed=seed, desc=desc)
+        return train_fast(model, x, y, recipe_for(model, epochs, batch_size, lr), seed=seed, desc=desc,
+                          on_epoch=on_epoch)
+    after = None if on_epoch is None else (lambda epoch, m: on_epoch(epoch + 1, m))
     return train_classifier(model, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
-                            weight_decay=weight_decay, augment=augment, seed=seed, desc=desc)
+                            weight_decay=weight_decay, augment=augment, seed=seed, desc=desc, on_epoch_end=after)
 
 
 ARCHS = ("fastcnn", "resnet18")  # the CIFAR classifiers a vision chapter can train

@@ -1,14 +1,20 @@
-"""Chapter 2's stages: CIFAR-10 data, the cached ResNet-18 models (trained, early, unlearned), their
+"""Chapter 2's stages: CIFAR-10 data, the cached classifiers (trained, early, unlearned), their
 outputs, and the SDE / MMD / Wasserstein judgements of Tables 1-2 and the ablations.
 
 Every function takes the resolved :class:`memlab.core.config.Config` of the chapter, so the three
 profiles run the same code at different sizes, and returns plain data (arrays, dicts,
-DataFrames). The statistic itself lives in :mod:`memlab.science.sde`, F1 and its band in
-:mod:`memlab.science.metrics`, the outputs at each depth in :mod:`memlab.science.probes`; the subset protocol is
-described in :mod:`.spec`.
+DataFrames). The classifier is ``arch``'s (:func:`memlab.models.recipe.cifar_classifier`: the fast
+BatchNorm CNN at ``cpu``, the paper's ResNet-18 at ``paper``), trained by its kind's recipe
+(:func:`memlab.models.recipe.train_supervised`). The statistic itself lives in :mod:`memlab.science.sde`,
+F1 and its band in :mod:`memlab.science.metrics`, the outputs at each depth in
+:mod:`memlab.science.probes`; the subset protocol is described in :mod:`.spec`.
+
+The Original (R = 0) is chapter 1's where the two are the same training (:func:`chapter1_config`):
+trained once, by chapter 1's stage, and shared through the model cache, as chapter 6 reads chapter 1's.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import warnings
@@ -19,13 +25,15 @@ import pandas as pd
 import torch
 from torch import nn
 
-from memlab.core import cache
-from memlab.core.config import seed_everything
+from memlab.core import cache, costs
+from memlab.core.config import autocast, cpu_bf16, device, resolve, seed_everything
 from memlab.core.progress import progress
 from memlab.data.splits import random_split
 from memlab.data.vision import load_cifar
-from memlab.models.resnet import resnet18
-from memlab.models.train import steps_per_epoch, train_classifier
+from memlab.experiments import ch01_bn_illusion as ch1
+from memlab.experiments.ch01_bn_illusion.stages import schedule_for as ch1_schedule
+from memlab.models import recipe
+from memlab.models.recipe import cifar_classifier, train_supervised, whiten_from
 from memlab.science import probes, sde
 from memlab.science.metrics import f1_band
 from memlab.science.metrics import f1_score as f1
@@ -61,13 +69,31 @@ def holdout_split(cfg, n: int, fraction: float) -> tuple[np.ndarray, np.ndarray]
 
 
 def build_model(cfg) -> nn.Module:
-    """A freshly initialised ResNet-18 (seeded, so its initial weights w_0 are reproducible)."""
+    """A freshly initialised classifier of ``cfg.arch`` (:func:`memlab.models.recipe.cifar_classifier`;
+    seeded, so its initial weights are reproducible)."""
     seed_everything(cfg.seed)
-    return resnet18(num_classes=10, width=cfg.width)
+    return cifar_classifier(cfg.arch, 10, width=cfg.width)
+
+
+def chapter1_config(cfg):
+    """Chapter 1's config (this profile and seed, its other parameters at their defaults) when its
+    Original is the same training as this chapter's R = 0 model, else None.
+
+    The same training: the same net (``arch``, ``width``, BatchNorm), the same images (CIFAR-10,
+    ``n_per_class`` equal to chapter 1's ``train_per_class``, drawn with the same seed), the same
+    schedule (``epochs``, ``batch_size``, ``lr``) and augmentation, from the same seed: at ``cpu``, the
+    fast CNN on all of CIFAR-10; at ``smoke`` and ``paper`` the settings differ. Chapter 1 trains on
+    its retain images, then its forget class's: the same images in another order.
+    """
+    c1 = resolve(ch1.CHAPTER, profile=cfg.profile, seed=cfg.seed)
+    schedule = {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "lr": cfg.lr}
+    same = (c1.dataset == "cifar10" and c1.train_per_class == cfg.n_per_class and c1.arch == cfg.arch
+            and c1.width == cfg.width and cfg.augment and ch1_schedule(c1, "bn") == schedule)
+    return c1 if same else None
 
 
 def _train_key(cfg, fraction: float) -> dict:
-    keys = ("seed", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
+    keys = ("seed", "arch", "n_per_class", "width", "epochs", "batch_size", "lr", "augment", "early_fraction")
     # float(): R = 0 and R = 0.0 are one model (an int 0 once made a second cache key and a second training)
     return {**{k: cfg[k] for k in keys}, "holdout": float(fraction)}
 
@@ -78,11 +104,9 @@ def early_epoch(cfg) -> int:
 
 
 def epoch_mean_lrs(cfg, n_train: int) -> np.ndarray:
-    """(epochs,) mean learning rate of each epoch under train_classifier's per-step cosine decay."""
-    steps = steps_per_epoch(n_train, cfg.batch_size)
-    t = np.arange(cfg.epochs * steps)
-    lrs = cfg.lr * (1 + np.cos(np.pi * t / (cfg.epochs * steps))) / 2
-    return lrs.reshape(cfg.epochs, steps).mean(axis=1)
+    """(epochs,) mean learning rate of each epoch of a training on ``n_train`` images, by the schedule the
+    model trains by (:func:`memlab.models.recipe.epoch_mean_lrs`: the fast CNN's, or cosine decay)."""
+    return recipe.epoch_mean_lrs(cfg.arch, n_train, cfg.epochs, cfg.batch_size, cfg.lr)
 
 
 def _trained_tensors(cfg, data: Data, fraction: float) -> dict[str, torch.Tensor]:
@@ -95,13 +119,13 @@ def _trained_tensors(cfg, data: Data, fraction: float) -> dict[str, torch.Tensor
         model = build_model(cfg)
         early: dict[str, torch.Tensor] = {}
 
-        def on_epoch_end(epoch: int, m: nn.Module) -> None:
-            if epoch + 1 == early_epoch(cfg):
+        def on_epoch(epoch: int, m: nn.Module) -> None:  # epoch: epochs done (1-based)
+            if epoch == early_epoch(cfg):
                 early.update({k: v.detach().clone() for k, v in m.state_dict().items()})
 
-        train_classifier(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
+        train_supervised(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
                          batch_size=cfg.batch_size, lr=cfg.lr, augment=cfg.augment, seed=cfg.seed,
-                         desc=f"train R={fraction:g}", on_epoch_end=on_epoch_end)
+                         desc=f"train R={fraction:g}", on_epoch=on_epoch)
         out = {f"final.{k}": v for k, v in model.state_dict().items()}
         out.update({f"early.{k}": v for k, v in early.items()})
         out["cost.cpu_s"] = torch.tensor(time.process_time() - c0, dtype=torch.float64)
@@ -115,28 +139,66 @@ def _with_prefix(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, tor
     return {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
 
 
-_MODELS: dict[str, tuple[nn.Module, nn.Module, dict]] = {}  # in-process: one object per trained model
+# In-process: one object per trained model, with its cost {"cpu_s", "wall_s" (of its training; NaN for
+# chapter 1's Original read from the cache), "this_run_s", "cached", "shared" (chapter 1's Original)}.
+_MODELS: dict[str, tuple[nn.Module, nn.Module | None, dict]] = {}
 
 
-def train_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module]:
+def _own_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module, dict]:
+    t0 = time.perf_counter()
+    tensors = _trained_tensors(cfg, data, fraction)
+    models = [build_model(cfg), build_model(cfg)]
+    for m, prefix in zip(models, ("final.", "early.")):
+        m.load_state_dict(_with_prefix(tensors, prefix))
+    cost = {"cpu_s": float(tensors["cost.cpu_s"]), "wall_s": float(tensors["cost.wall_s"]),
+            "this_run_s": time.perf_counter() - t0, "shared": False}
+    cost["cached"] = cost["this_run_s"] < 0.5 * cost["wall_s"]
+    return models[0].eval(), models[1].eval(), cost
+
+
+def _chapter1_original(c1) -> tuple[nn.Module, None, dict]:
+    """Chapter 1's Original (config ``c1``) by chapter 1's stage, cached or trained now, and its cost."""
+    t0 = time.perf_counter()
+    d1 = ch1.load_data(c1)
+    before = costs.trained_keys()
+    c0, w0 = time.process_time(), time.perf_counter()
+    model = ch1.original_model(c1, d1, c1.seed)
+    trained = bool(costs.trained_keys() - before)
+    cost = {"cpu_s": time.process_time() - c0 if trained else float("nan"),
+            "wall_s": time.perf_counter() - w0 if trained else float("nan"),
+            "this_run_s": time.perf_counter() - t0, "cached": not trained, "shared": True}
+    return model.eval(), None, cost
+
+
+def train_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module | None]:
     """(final, early) models trained on the training set minus a held-out fraction R (cached).
 
-    The early model is the same run's checkpoint after ``early_epoch(cfg)`` epochs. Within one
-    process the same objects are returned on every call, so their outputs are computed once.
+    The early model is the same run's checkpoint after ``early_epoch(cfg)`` epochs. The Original
+    (R = 0) is chapter 1's where :func:`chapter1_config` finds it the same training: trained once, by
+    whichever chapter runs first, and shared through the cache; its early model is then None (no
+    stage reads the Original's). Within one process the same objects are returned on every call.
     """
     k = json.dumps([CODE_VERSION, _train_key(cfg, fraction), cache.enabled()], sort_keys=True)
     if k not in _MODELS:
-        t0 = time.perf_counter()
-        tensors = _trained_tensors(cfg, data, fraction)
-        models = []
-        for prefix in ("final.", "early."):
-            m = build_model(cfg)
-            m.load_state_dict(_with_prefix(tensors, prefix))
-            models.append(m.eval())
-        cost = {"cpu_s": float(tensors["cost.cpu_s"]), "wall_s": float(tensors["cost.wall_s"]),
-                "this_run_s": time.perf_counter() - t0}
-        _MODELS[k] = (models[0], models[1], cost)
+        c1 = chapter1_config(cfg) if fraction == 0 else None
+        _MODELS[k] = _own_model(cfg, data, fraction) if c1 is None else _chapter1_original(c1)
     return _MODELS[k][0], _MODELS[k][1]
+
+
+def reference_state(cfg, data: Data) -> dict[str, torch.Tensor]:
+    """The initial weights w_0 of the Original's training (R = 0), Unroll's reference point: the net as
+    built at its seed, the fast CNN's whitening conv set from the first images it trains on, as its
+    training sets it (:func:`memlab.models.recipe.whiten_from`; never trained, so every weight state of
+    the run has it). Chapter 1's Original (:func:`chapter1_config`) trains on chapter 1's retain
+    images, then its forget class's (:func:`memlab.experiments.ch01_bn_illusion.original_model`)."""
+    c1 = chapter1_config(cfg)
+    n = recipe.Recipe.whiten_images
+    if c1 is None:
+        kept = holdout_split(cfg, len(data.y_train), 0)[1]
+        return whiten_from(build_model(cfg), data.x_train[kept[:n]], n).state_dict()
+    torch.manual_seed(c1.seed)  # as chapter 1 builds its Original
+    model, s = ch1.build(c1), ch1.load_data(c1).splits
+    return whiten_from(model, torch.cat([s.retain_x[:n], s.forget_x[:n]]), n).state_dict()
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -258,7 +320,7 @@ def classify(train_out, test_out, pools: Pools, size: int, cfg, detectors=DETECT
             "subsets": subsets}
 
 
-# ----------------------------------------------------------------------------- Tables 1 and 2, ablations
+# ----------------------------------------------------------------------------- Tables 1 and 2
 
 def controlled_experiment(cfg, data: Data, feature: str | None = None, detectors=DETECTORS) -> dict:
     """Table 1 and 2: F1 of each detector for every (R, |S|) setting, reading ``feature``.
@@ -286,60 +348,6 @@ def controlled_experiment(cfg, data: Data, feature: str | None = None, detectors
             beats[column(r)] = f1_band(res["raw"]["labels"], res["raw"]["SDE"], res["raw"][best])
     return {"f1": pd.DataFrame(rows).T, "band": pd.DataFrame(bands).T, "beats_band": beats,
             "models": models, "settings": settings}
-
-
-def size_sweep(cfg, data: Data, model: nn.Module, fraction: float, feature: str | None = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(F1, bootstrap half-width) of each detector against subset size (rows: ``cfg.size_sweep``)."""
-    held, kept = holdout_split(cfg, len(data.y_train), fraction)
-    tr, te = all_outputs(model, data, feature or cfg.feature)
-    out, band = {}, {}
-    for s in progress(cfg.size_sweep, desc="size sweep"):
-        res = classify(tr, te, Pools(kept, held), s, cfg, seed=cfg.seed + 10)
-        out[s] = {d: res[d] for d in DETECTORS}
-        band[s] = res["band"]
-    df, bf = pd.DataFrame(out).T, pd.DataFrame(band).T
-    df.index.name = bf.index.name = "|S|"
-    return df, bf
-
-
-def bandwidth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int,
-                       feature: str | None = None) -> pd.DataFrame:
-    """SDE F1 at the main setting for each multiplier of sigma = sqrt(dim).
-
-    Rows: multipliers; columns "SDE F1", "band" (bootstrap half-width), "saturated subsets"
-    (subsets whose kernel matrix was near-constant, out of 2 * n_targets + 2).
-    """
-    held, kept = holdout_split(cfg, len(data.y_train), fraction)
-    tr, te = all_outputs(model, data, feature or cfg.feature)
-    rows = {}
-    for mult in cfg.bandwidth_mults:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", sde.SaturationWarning)  # counted in the table instead
-            res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), sigma_mult=mult, seed=cfg.seed)
-        rows[mult] = {"SDE F1": res["SDE"], "band": res["band"]["SDE"],
-                      "saturated subsets": res["raw"]["saturated"]}
-    return pd.DataFrame(rows).T.rename_axis("sigma / sqrt(dim)")
-
-
-def depth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int) -> pd.DataFrame:
-    """SDE F1 (and bootstrap half-width "band") at the main setting for outputs at each depth."""
-    held, kept = holdout_split(cfg, len(data.y_train), fraction)
-    rows = {}
-    for depth in cfg.depths:
-        tr, te = all_outputs(model, data, depth)
-        res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)
-        rows[depth] = {"SDE F1": res["SDE"], "band": res["band"]["SDE"]}
-    return pd.DataFrame(rows).T.rename_axis("features")
-
-
-def early_check(cfg, data: Data, early_model: nn.Module, fraction: float, size: int,
-                feature: str | None = None) -> tuple[float, float]:
-    """(SDE F1, bootstrap half-width) at one setting for the checkpoint after ``early_fraction``."""
-    held, kept = holdout_split(cfg, len(data.y_train), fraction)
-    tr, te = all_outputs(early_model, data, feature or cfg.feature)
-    res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)
-    return res["SDE"], res["band"]["SDE"]
 
 
 # ----------------------------------------------------------------------------- what the statistic measures
@@ -370,18 +378,18 @@ def spread_analysis(cfg, data: Data, model: nn.Module, fraction: float, size: in
 
 # ----------------------------------------------------------------------------- Table 3: unlearning
 
-def method_config(cfg, name: str) -> dict:
+def method_config(cfg, data: Data, name: str) -> dict:
     """Hyperparameters handed to ``registry.get(name).fn`` for this chapter's scale."""
-    steps = {"steps": cfg.unlearn_steps, "lr": cfg.unlearn_lr, "batch_size": cfg.batch_size, "seed": cfg.seed}
+    steps = {"steps": cfg.unlearn_steps, "lr": cfg.unlearn_lr, "batch_size": cfg.unlearn_batch, "seed": cfg.seed}
     if name in ("RandLabel", "SalUn"):
         return {**steps, "retain_mix": cfg.retain_mix}
     if name == "Sparsity":
         return steps
     if name == "Unroll":
-        # Thudi et al.'s single-gradient unlearning at the initial weights w_0 (seeded, so rebuilt
-        # exactly): every forget sample was used once per epoch at step lr_mean / B.
+        # Thudi et al.'s single-gradient unlearning at the initial weights w_0 (rebuilt exactly,
+        # reference_state): every forget sample was used once per epoch at step lr_mean / B.
         n_train = len(holdout_split(cfg, 10 * cfg.n_per_class, 0)[1])
-        return {"reference_state": build_model(cfg).state_dict(),
+        return {"reference_state": reference_state(cfg, data),
                 "lr": float(epoch_mean_lrs(cfg, n_train).mean()),
                 "epochs": cfg.epochs, "batch_size": cfg.batch_size, "scale": cfg.unroll_scale}
     raise ValueError(f"parameter 'methods': no chapter-2 settings for {name!r}")
@@ -391,7 +399,10 @@ def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
     """Original model (trained on everything) and one unlearned model per method in ``cfg.methods``.
 
     Retrain is the controlled model trained without the forget set (exact
-    unlearning, same recipe), so it is shared with Table 1.
+    unlearning, same recipe), so it is shared with Table 1. RandLabel, Sparsity and SalUn run under
+    bf16 autocast where the CPU computes it natively (on a GPU always), as the Original trained and
+    as chapter 1's methods run; their weights and updates stay fp32. Unroll's one summed gradient
+    stays fp32: it is a single pass, and that sum is the whole method.
     """
     original, _ = train_model(cfg, data, 0)
     forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
@@ -402,6 +413,8 @@ def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
         if name == "Retrain":
             models[name] = train_model(cfg, data, cfg.forget_fraction)[0]
             continue
+        hp = method_config(cfg, data, name)
         seed_everything(cfg.seed)
-        models[name] = registry.get(name).fn(original, splits, method_config(cfg, name)).eval()
+        with autocast(device(), cpu_bf16=cpu_bf16()) if name != "Unroll" else contextlib.nullcontext():
+            models[name] = registry.get(name).fn(original, splits, hp).eval()
     return models

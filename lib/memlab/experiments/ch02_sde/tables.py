@@ -1,28 +1,53 @@
 """Chapter 2's tables and recorded metric groups: one function per paper table (1, 2, 3), per
-ablation table and per group of metrics the notebook records, each returning what the page shows
-(DataFrames) or records (``run.record(**...)``: plain dicts, floats, ints).
+ablation table (subset size, bandwidth, depth, early model) and per group of metrics the notebook
+records, each returning what the page shows (DataFrames, Markdown text) or records
+(``run.record(**...)``: plain dicts, floats, ints).
 
 The computations they read are :mod:`.stages`; paper numbers come from ``data/papers/02_sde.yaml``.
 """
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pandas as pd
 from torch import nn
 
+from memlab.models.recipe import Recipe
 from memlab.report import paper
-from memlab.science import bn, probes
+from memlab.science import bn, probes, sde
 from memlab.science.probes import accuracy_pct
 from memlab.core.progress import progress
 
 from .spec import (ACC_KEPT_PP, CHAPTER, DETECTORS, NOT_RUN_DATASETS, SPEC, VARIANT, column, main_fraction,
                    main_size)
-from .stages import (_MODELS, Data, Pools, all_outputs, bandwidth_ablation, controlled_experiment, draw_subsets,
-                     early_check, early_epoch, holdout_split, judge_targets, size_sweep, train_model)
+from .stages import (_MODELS, Data, Pools, all_outputs, chapter1_config, classify, controlled_experiment,
+                     draw_subsets, early_epoch, holdout_split, judge_targets, train_model)
 
-# ----------------------------------------------------------------------------- data, regime, cost
+# ----------------------------------------------------------------------------- setup, data, regime, cost
+
+ARCH_WORDS = {"fastcnn": "the fast BatchNorm CNN of airbench's shape (conv groups of {w}, {w4} and {w4} "
+                         "channels) by its few-epoch recipe (`memlab.models.recipe`, random {t}-pixel shifts "
+                         "and flips)",
+              "resnet18": "a CIFAR ResNet-18 of stem width {w} by SGD with cosine decay ({aug})"}
+
+
+def setup_text(cfg) -> str:
+    """One paragraph: which net this profile trains, on how many images, for how long, and whether its
+    Original is chapter 1's (trained once and shared, :func:`.stages.chapter1_config`)."""
+    aug = "random crops and flips" if cfg.augment else "no augmentation"
+    arch = ARCH_WORDS[cfg.arch].format(w=cfg.width, w4=4 * cfg.width, t=Recipe.translate, aug=aug)
+    text = (f"The `{cfg.profile}` profile trains {arch}, on {cfg.n_per_class} training images per class of "
+            f"CIFAR-10 ({10 * cfg.n_per_class} in all; {10 * cfg.n_test_per_class} test images) for "
+            f"{cfg.epochs} epochs (batch {cfg.batch_size}, peak learning rate {cfg.lr:g}): the Original on "
+            f"every training image, and one model without each held-out fraction "
+            f"({', '.join(column(r) for r in cfg.holdout_fractions)}).")
+    if chapter1_config(cfg) is not None:
+        return text + (" The Original is the same training of the same net on the same images as chapter 1's "
+                       "Original: **trained once, shared with chapter 1** through the model cache.")
+    return text + " The Original is trained here: its settings differ from chapter 1's Original's."
+
 
 def sizes_table(cfg, data: Data) -> pd.DataFrame:
     """Held-out samples and subset size |S| (ours, and the paper's: the paper profile's) per R."""
@@ -39,9 +64,10 @@ def regime(cfg, data: Data) -> pd.DataFrame:
     """The training regime of the original and Retrain models beside the paper's (Table 3 proxies).
 
     Rows: train accuracy (%), test accuracy (%), train-test gap (points), forget-set accuracy (%),
-    ASR (share of the forget set the confidence attack calls non-member). Columns: "paper",
-    "ours: Original", "ours: Retrain". The paper prints no Original row: its proxies are Retrain's
-    Acc_r (train), Retrain's Acc_f (data Retrain never saw, for test) and the ASR every row shares.
+    ASR (share of the forget set the confidence attack calls non-member), parameters (M). Columns:
+    "paper", "ours: Original", "ours: Retrain". The paper prints no Original row: its proxies are
+    Retrain's Acc_r (train), Retrain's Acc_f (data Retrain never saw, for test) and the ASR every row
+    shares; its parameter count is its ResNet-18's.
     """
     forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
     ytr, yte = data.y_train.numpy(), data.y_test.numpy()
@@ -56,44 +82,59 @@ def regime(cfg, data: Data) -> pd.DataFrame:
                       "gap (points)": train_acc - test_acc,
                       "forget-set accuracy (%)": accuracy_pct(ltr[forget], ytr[forget]),
                       "ASR": probes.confidence_attack_asr(ptr[retain], ytr[retain], pte, yte, ptr[forget],
-                                                          ytr[forget], seed=cfg.seed)}
-    p = {k: paper.number(CHAPTER, k) for k in ("regime_train", "regime_test", "regime_asr")}
+                                                          ytr[forget], seed=cfg.seed),
+                      "parameters (M)": sum(p.numel() for p in model.parameters()) / 1e6}
+    p = {k: paper.number(CHAPTER, k) for k in ("regime_train", "regime_test", "regime_asr", "paper_params_m")}
     cols["paper"] = {"train accuracy (%)": p["regime_train"], "test accuracy (%)": p["regime_test"],
                      "gap (points)": p["regime_train"] - p["regime_test"],
-                     "forget-set accuracy (%)": np.nan, "ASR": p["regime_asr"]}
+                     "forget-set accuracy (%)": np.nan, "ASR": p["regime_asr"], "parameters (M)": p["paper_params_m"]}
     return pd.DataFrame(cols)[["paper", "ours: Original", "ours: Retrain"]]
+
+
+def regime_text(reg: pd.DataFrame) -> str:
+    """The paper's regime markers beside the Original's, from :func:`regime`'s table: size and gap."""
+    ours, theirs = reg["ours: Original"], reg["paper"]
+    return (f"Our Original has {ours['parameters (M)']:.2f} M parameters, the paper's ResNet-18 "
+            f"{theirs['parameters (M)']:.2f} M; its train-test gap is {ours['gap (points)']:.1f} points, the "
+            f"paper's {theirs['gap (points)']:.1f} (its Retrain's accuracy on the data it trained on minus "
+            f"on the forget set it never saw).")
 
 
 def training_costs(cfg) -> pd.DataFrame:
     """Recorded training cost of every model this process loaded or trained.
 
-    Rows "R=..."; columns: "CPU s" and "wall s" as recorded when the model was trained, "this run s"
-    (what obtaining it took now: the training itself when cold, a cache read when warm), "cached".
+    Rows "R=..."; columns: "CPU s" and "wall s" as recorded when the model was trained (chapter 1's
+    Original read from the cache: NaN, its training is chapter 1's cost), "this run s" (what obtaining
+    it took now: the training itself when cold, a cache read when warm), "cached", "shared with
+    chapter 1" (the Original trained once for both chapters).
     """
     rows = {}
     for k, (_, _, cost) in _MODELS.items():
         key = json.loads(k)[1]
         if all(key[n] == cfg[n] for n in key if n != "holdout"):
-            cached = cost["this_run_s"] < 0.5 * cost["wall_s"]
             rows[f"R={key['holdout'] * 100:g}%"] = {"CPU s": cost["cpu_s"], "wall s": cost["wall_s"],
-                                                   "this run s": cost["this_run_s"], "cached": cached}
+                                                   "this run s": cost["this_run_s"], "cached": cost["cached"],
+                                                   "shared with chapter 1": cost["shared"]}
     return pd.DataFrame(rows).T.rename_axis("model (held-out R)")
 
 def cached_training_cpu_s(costs: pd.DataFrame) -> float:
-    """CPU seconds of the training of every model this run read from the cache (what a cold run adds)."""
+    """CPU seconds of the training of every model this run read from the cache (what a cold run adds;
+    chapter 1's Original, NaN, not counted)."""
     cached = costs["cached"].astype(bool)
-    return float(costs.loc[cached, "CPU s"].sum())
+    return float(costs.loc[cached, "CPU s"].astype(float).sum())
 
 
 def cost_metrics(costs: pd.DataFrame, wall_s: float, cpu_s: float) -> dict:
-    """The recorded ``cost`` group: this run's wall and CPU seconds, models cached, cold and training CPU s."""
+    """The recorded ``cost`` group: this run's wall and CPU seconds, models cached, cold and training CPU s
+    (without chapter 1's Original read from the cache), and whether the Original was shared with chapter 1."""
     cached = costs["cached"].astype(bool)
     return {
         "this_run_wall_s": wall_s,
         "this_run_cpu_s": cpu_s,
         "models_cached": int(cached.sum()),
         "cold_cpu_s": cpu_s + cached_training_cpu_s(costs),
-        "training_cpu_s": float(costs["CPU s"].sum()),
+        "training_cpu_s": float(costs["CPU s"].astype(float).sum()),
+        "original_shared": bool(costs["shared with chapter 1"].astype(bool).any()),
     }
 
 
@@ -111,6 +152,62 @@ def table2(f1: pd.DataFrame, band: pd.DataFrame, main_col: str) -> tuple[pd.Data
     ours = f1[[main_col]].rename(columns={main_col: "F1"})
     every = pd.concat({"F1": f1, "\u00b1": band}, axis=1).rename_axis("every setting")
     return paper.side_by_side(ours, paper.table(CHAPTER, "table2")), every
+
+
+# ----------------------------------------------------------------------------- ablations
+
+def size_sweep(cfg, data: Data, model: nn.Module, fraction: float, feature: str | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(F1, bootstrap half-width) of each detector against subset size (rows: ``cfg.size_sweep``)."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    tr, te = all_outputs(model, data, feature or cfg.feature)
+    out, band = {}, {}
+    for s in progress(cfg.size_sweep, desc="size sweep"):
+        res = classify(tr, te, Pools(kept, held), s, cfg, seed=cfg.seed + 10)
+        out[s] = {d: res[d] for d in DETECTORS}
+        band[s] = res["band"]
+    df, bf = pd.DataFrame(out).T, pd.DataFrame(band).T
+    df.index.name = bf.index.name = "|S|"
+    return df, bf
+
+
+def bandwidth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int,
+                       feature: str | None = None) -> pd.DataFrame:
+    """SDE F1 at the main setting for each multiplier of sigma = sqrt(dim).
+
+    Rows: multipliers; columns "SDE F1", "band" (bootstrap half-width), "saturated subsets"
+    (subsets whose kernel matrix was near-constant, out of 2 * n_targets + 2).
+    """
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    tr, te = all_outputs(model, data, feature or cfg.feature)
+    rows = {}
+    for mult in cfg.bandwidth_mults:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", sde.SaturationWarning)  # counted in the table instead
+            res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), sigma_mult=mult, seed=cfg.seed)
+        rows[mult] = {"SDE F1": res["SDE"], "band": res["band"]["SDE"],
+                      "saturated subsets": res["raw"]["saturated"]}
+    return pd.DataFrame(rows).T.rename_axis("sigma / sqrt(dim)")
+
+
+def depth_ablation(cfg, data: Data, model: nn.Module, fraction: float, size: int) -> pd.DataFrame:
+    """SDE F1 (and bootstrap half-width "band") at the main setting for outputs at each depth."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    rows = {}
+    for depth in cfg.depths:
+        tr, te = all_outputs(model, data, depth)
+        res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)
+        rows[depth] = {"SDE F1": res["SDE"], "band": res["band"]["SDE"]}
+    return pd.DataFrame(rows).T.rename_axis("features")
+
+
+def early_check(cfg, data: Data, early_model: nn.Module, fraction: float, size: int,
+                feature: str | None = None) -> tuple[float, float]:
+    """(SDE F1, bootstrap half-width) at one setting for the checkpoint after ``early_fraction``."""
+    held, kept = holdout_split(cfg, len(data.y_train), fraction)
+    tr, te = all_outputs(early_model, data, feature or cfg.feature)
+    res = classify(tr, te, Pools(kept, held), size, cfg, ("SDE",), seed=cfg.seed)
+    return res["SDE"], res["band"]["SDE"]
 
 
 # ----------------------------------------------------------------------------- Table 3: unlearning
