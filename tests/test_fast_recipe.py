@@ -130,6 +130,14 @@ def test_the_cache_offers_a_checkpoint_only_while_it_trains_an_entry(monkeypatch
     cache.load_or_train("99_t", "s", {"a": 1}, lambda: torch.nn.Linear(2, 2), train)
     assert seen[0].name == "checkpoint.pt" and not seen[0].parent.exists()  # gone once the entry is written
     assert cache.checkpoint_path() is None
+
+    def compute():  # a stage caching tensors (chapter 2's trainings) is offered one too
+        train(None)
+        return {"w": torch.zeros(1)}
+
+    cache.load_or_compute("99_t", "c", {"a": 1}, compute)
+    assert seen[-1].name == "checkpoint.pt" and seen[-1] != seen[0] and not seen[-1].parent.exists()
+    assert cache.checkpoint_path() is None
     monkeypatch.setenv("MEMLAB_NO_CACHE", "1")
     cache.load_or_train("99_t", "s", {"a": 2}, lambda: torch.nn.Linear(2, 2), lambda m: seen.append(cache.checkpoint_path()))
     assert seen[-1] is None

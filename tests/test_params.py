@@ -81,7 +81,7 @@ def test_list_prints_every_parameter_with_kind_range_and_default():
         block = out.split(f"{chapter}:", 1)[1].split("\n0", 1)[0]
         printed = [ln.split()[0] for ln in block.splitlines()[1:] if ln.startswith("    ") and "default" in ln]
         assert printed == config.parameter_names(config.chapter_module(chapter).SPEC)
-    assert "SalUn.lr                   float, > 0; default smoke 0.013 | cpu 0.0005 | paper 0.013" in out
+    assert "SSD.alpha                  float, >= 0; default smoke 10.0 | cpu 25.0 | paper 10.0" in out
     assert "rho" in out and "float, in (0, 1); default 0.35" in out
 
 

@@ -367,22 +367,32 @@ PARTIAL = "partial"  # beside the model cache: one folder per entry whose traini
 def checkpoint_path() -> Path | None:
     """Where the training that is making a cache entry right now may keep its checkpoint, so that a
     killed run resumes it: ``<cache>/../partial/<key>/checkpoint.pt``, removed once the entry is
-    written. None outside :func:`load_or_train` and with the cache off (``--no-cache`` trains afresh)."""
+    written; a training may keep other files of its own beside it (chapter 2 its early checkpoint). None
+    outside :func:`load_or_train` and :func:`load_or_compute`, and with the cache off (``--no-cache``
+    trains afresh)."""
     return _TRAINING[-1] if _TRAINING else None
+
+
+@contextlib.contextmanager
+def _offering_checkpoint(k: str) -> Iterator[Path | None]:
+    """While making entry ``k``, offer its checkpoint file (:func:`checkpoint_path`); yields the
+    entry's partial folder (None with the cache off), which the caller removes once the entry is written."""
+    partial = sibling_dir(PARTIAL) / k if enabled() else None
+    if partial is not None:
+        _TRAINING.append(partial / "checkpoint.pt")
+    try:
+        yield partial
+    finally:
+        if partial is not None:
+            _TRAINING.pop()
 
 
 def _train_and_write(k: str, chapter: str, stage: str, config: dict, code_version: str,
                      model: torch.nn.Module, train: Callable[[torch.nn.Module], Any]) -> torch.nn.Module:
     costs.begin(k, stage)
     before = long_loops()
-    partial = sibling_dir(PARTIAL) / k if enabled() else None
-    if partial is not None:
-        _TRAINING.append(partial / "checkpoint.pt")
-    try:
+    with _offering_checkpoint(k) as partial:
         train(model)
-    finally:
-        if partial is not None:
-            _TRAINING.pop()
     costs.end(k)
     model.eval()
     meta = _meta(chapter, stage, config, code_version, "model", loop_mode(before))
@@ -417,11 +427,14 @@ def _compute_and_write(k: str, chapter: str, stage: str, config: dict, code_vers
                        compute: Callable[[], dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     costs.begin(k, stage)
     before = long_loops()
-    tensors = compute()
+    with _offering_checkpoint(k) as partial:  # a training inside compute() may checkpoint and resume
+        tensors = compute()
     costs.end(k)
     if not isinstance(tensors, dict) or not all(isinstance(v, torch.Tensor) for v in tensors.values()):
         raise TypeError("compute() must return a dict of str -> torch.Tensor")
     meta = _meta(chapter, stage, config, code_version, "tensors", loop_mode(before))
     contiguous = {name: t.detach().contiguous().cpu() for name, t in tensors.items()}
     _write_entry(k, lambda tmp: save_file(contiguous, str(tmp / WEIGHTS)), meta)
+    if partial is not None:
+        shutil.rmtree(partial, ignore_errors=True)
     return tensors

@@ -14,7 +14,6 @@ trained once, by chapter 1's stage, and shared through the model cache, as chapt
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 import warnings
@@ -26,7 +25,8 @@ import torch
 from torch import nn
 
 from memlab.core import cache, costs
-from memlab.core.config import autocast, cpu_bf16, device, resolve, seed_everything
+from memlab.core.config import resolve, seed_everything
+from memlab.core.fsutil import write_atomic
 from memlab.core.progress import progress
 from memlab.data.splits import random_split
 from memlab.data.vision import load_cifar
@@ -79,11 +79,9 @@ def chapter1_config(cfg):
     """Chapter 1's config (this profile and seed, its other parameters at their defaults) when its
     Original is the same training as this chapter's R = 0 model, else None.
 
-    The same training: the same net (``arch``, ``width``, BatchNorm), the same images (CIFAR-10,
-    ``n_per_class`` equal to chapter 1's ``train_per_class``, drawn with the same seed), the same
-    schedule (``epochs``, ``batch_size``, ``lr``) and augmentation, from the same seed: at ``cpu``, the
-    fast CNN on all of CIFAR-10; at ``smoke`` and ``paper`` the settings differ. Chapter 1 trains on
-    its retain images, then its forget class's: the same images in another order.
+    The same training: the same net (``arch``, ``width``, BatchNorm), images (CIFAR-10, ``n_per_class`` =
+    chapter 1's ``train_per_class``, same seed; chapter 1 orders them retain first), schedule and
+    augmentation: at ``cpu``, the fast CNN on all of CIFAR-10; at ``smoke`` and ``paper`` they differ.
     """
     c1 = resolve(ch1.CHAPTER, profile=cfg.profile, seed=cfg.seed)
     schedule = {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "lr": cfg.lr}
@@ -119,13 +117,20 @@ def _trained_tensors(cfg, data: Data, fraction: float) -> dict[str, torch.Tensor
         model = build_model(cfg)
         early: dict[str, torch.Tensor] = {}
 
+        ckpt = cache.checkpoint_path()  # the early weights are kept beside it: a resumed run may be past them
+        early_file = ckpt.with_name("early.pt") if ckpt is not None else None
+
         def on_epoch(epoch: int, m: nn.Module) -> None:  # epoch: epochs done (1-based)
             if epoch == early_epoch(cfg):
                 early.update({k: v.detach().clone() for k, v in m.state_dict().items()})
+                if early_file is not None:
+                    write_atomic(early_file, lambda f: torch.save(early, f))
 
         train_supervised(model, data.x_train[kept], data.y_train[kept], epochs=cfg.epochs,
                          batch_size=cfg.batch_size, lr=cfg.lr, augment=cfg.augment, seed=cfg.seed,
                          desc=f"train R={fraction:g}", on_epoch=on_epoch)
+        if not early and early_file is not None and early_file.exists():  # resumed past the early epoch
+            early.update(torch.load(early_file, weights_only=True))
         out = {f"final.{k}": v for k, v in model.state_dict().items()}
         out.update({f"early.{k}": v for k, v in early.items()})
         out["cost.cpu_s"] = torch.tensor(time.process_time() - c0, dtype=torch.float64)
@@ -187,10 +192,8 @@ def train_model(cfg, data: Data, fraction: float) -> tuple[nn.Module, nn.Module 
 
 def reference_state(cfg, data: Data) -> dict[str, torch.Tensor]:
     """The initial weights w_0 of the Original's training (R = 0), Unroll's reference point: the net as
-    built at its seed, the fast CNN's whitening conv set from the first images it trains on, as its
-    training sets it (:func:`memlab.models.recipe.whiten_from`; never trained, so every weight state of
-    the run has it). Chapter 1's Original (:func:`chapter1_config`) trains on chapter 1's retain
-    images, then its forget class's (:func:`memlab.experiments.ch01_bn_illusion.original_model`)."""
+    built at its seed, with the fast CNN's whitening set from the first images it trains on
+    (:func:`memlab.models.recipe.whiten_from`; chapter 1's Original trains on its retain images first)."""
     c1 = chapter1_config(cfg)
     n = recipe.Recipe.whiten_images
     if c1 is None:
@@ -399,10 +402,8 @@ def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
     """Original model (trained on everything) and one unlearned model per method in ``cfg.methods``.
 
     Retrain is the controlled model trained without the forget set (exact
-    unlearning, same recipe), so it is shared with Table 1. RandLabel, Sparsity and SalUn run under
-    bf16 autocast where the CPU computes it natively (on a GPU always), as the Original trained and
-    as chapter 1's methods run; their weights and updates stay fp32. Unroll's one summed gradient
-    stays fp32: it is a single pass, and that sum is the whole method.
+    unlearning, same recipe), so it is shared with Table 1. The methods run in fp32, as their
+    references do (chapter 1 found bf16 autocast wrecking two of its methods on the fast CNN).
     """
     original, _ = train_model(cfg, data, 0)
     forget, retain = holdout_split(cfg, len(data.y_train), cfg.forget_fraction)
@@ -415,6 +416,5 @@ def unlearn_all(cfg, data: Data) -> dict[str, nn.Module]:
             continue
         hp = method_config(cfg, data, name)
         seed_everything(cfg.seed)
-        with autocast(device(), cpu_bf16=cpu_bf16()) if name != "Unroll" else contextlib.nullcontext():
-            models[name] = registry.get(name).fn(original, splits, hp).eval()
+        models[name] = registry.get(name).fn(original, splits, hp).eval()
     return models
