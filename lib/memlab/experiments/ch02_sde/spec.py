@@ -48,7 +48,7 @@ SPEC: dict[str, Param] = {
                    doc="channels of the first conv group (fastcnn: 64, 256, 256 at 64) or ResNet-18's stem"),
     "epochs": Param(int, {"smoke": 2, "cpu": 6, "paper": 182}, low=1, doc="training epochs of every model"),
     "batch_size": Param(int, {"smoke": 32, "cpu": 1024, "paper": 128}, low=1,
-                        doc="training batch size (also the batch of RandLabel, Sparsity, SalUn and Unroll)"),
+                        doc="training batch size (Unroll reads it as the batch the Original trained at)"),
     "lr": Param(float, {"smoke": 0.05, "cpu": 1.5, "paper": 0.1}, low=1e-6, high=10.0,
                 doc="peak learning rate of every model (resnet18: SGD, cosine decay; fastcnn: of its weights, "
                     "memlab.models.recipe)"),
