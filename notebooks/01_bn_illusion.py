@@ -126,7 +126,8 @@ regime_view["ours 95% CI (Original)"] = [
     reg.loc["Original", "test 95% CI"],
     "",
 ]
-regime_view = pd.concat([regime_view, ch.model_markers({"Original": orig, "Retrain": retrain0}, reg)]).fillna("")
+markers = ch.model_markers({"Original": orig, "Retrain": retrain0}, reg)
+regime_view = pd.concat([regime_view, markers]).fillna("")
 display(regime_view)
 run.record(**ch.regime_metrics(reg))
 run.record(**ch.schedule_metrics(cfg, data))  # training lengths the regime gates read
