@@ -225,6 +225,7 @@ def train_supervised(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, epoc
 
 
 ARCHS = ("fastcnn", "resnet18")  # the CIFAR classifiers a vision chapter can train
+ARCH_NAMES = {"fastcnn": "fast CNN", "resnet18": "ResNet-18"}  # how messages name them
 
 
 def cifar_classifier(arch: str, num_classes: int, norm: str = "bn", width: int = 64) -> nn.Module:

@@ -11,14 +11,13 @@ from __future__ import annotations
 import sys
 
 from memlab.core.config import PROFILES, SEED_HIGH, ConfigError, Param, require_memory
-from memlab.models.recipe import ARCHS
+from memlab.models.recipe import ARCH_NAMES, ARCHS
 from memlab.science.unlearning import registry
 
 CHAPTER = "01_bn_illusion"
 # 2: NoiseInject drops partial batches; 3: issue 15 (cpu regime, merged last batch, methods);
 # 4: issue 53 (the fast CNN at cpu, on all of CIFAR-10)
 CODE_VERSION = "4"
-ARCH_NAMES = {"fastcnn": "fast CNN", "resnet18": "ResNet-18"}  # in messages
 METHODS = ["Retrain", "SCRUB", "GA", "GA+FT", "SalUn", "BadTeacher", "IncompTeacher", "NoiseInject", "SSD", "PGU"]
 NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
 OOD_SOURCES = ("patch_shuffle", "cifar100")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from memlab.core.config import SEED_HIGH, ConfigError, Param, require_memory
-from memlab.models.recipe import ARCHS
+from memlab.models.recipe import ARCH_NAMES, ARCHS
 from memlab.science.probes import OUTPUT_DEPTHS
 
 CHAPTER = "02_sde"
@@ -25,7 +25,6 @@ CHAPTER = "02_sde"
 # 3: issue 53 (the fast CNN at cpu on all of CIFAR-10, by its recipe; the arch in the model key; Unroll's
 # w_0 whitened as the training's; the R = 0 Original shared with chapter 1 where it is the same training).
 CODE_VERSION = "3"
-ARCH_NAMES = {"fastcnn": "fast CNN", "resnet18": "ResNet-18"}  # in messages
 FEATURES = OUTPUT_DEPTHS  # ("layer2", "layer3", "penultimate", "logits", "softmax"): memlab.science.probes.layer_outputs
 CHOICES = ("logits", "softmax", "penultimate")  # outputs compared in the sensitivity table
 METHODS = ("Retrain", "RandLabel", "Unroll", "Sparsity", "SalUn")
