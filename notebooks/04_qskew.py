@@ -54,6 +54,7 @@ params: dict = {}  # overrides, e.g. {"epochs": 2}; every name: `memlab list` (S
 import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
+from myst_nb import glue
 
 from memlab.experiments import ch04_qskew as ch
 from memlab.report import pagekit, paper, plotting
@@ -71,8 +72,8 @@ pd.set_option("display.precision", 1)
 # WikiText-2 *test* split and the docstrings of 28 of the 56 standard-library modules below: a ratio
 # $t \sim U(0,1)$ is drawn per sequence, every token is masked with probability $t$, and the
 # cross-entropy on masked tokens is weighted by $1/t$. At `cpu` it is pre-trained for 4000 batches of
-# 32 blocks of 48 tokens (about 11 passes over the text), long enough that it reads context (next
-# section). An "instruct" variant is the base trained further on
+# 32 blocks of 64 tokens, the paper's shortest fine-tuning block, long enough that it reads context
+# (next section). An "instruct" variant is the base trained further on
 # instruction pairs from the same test split. Both are cached: the pre-training is the chapter's
 # cold cost (given at the end of the chapter, as measured).
 #
@@ -136,11 +137,28 @@ run.record(regime=setup.regime)
 ch.regime_table(setup)
 
 # %% [markdown]
+# ### The regime, second marker: how hard is the membership task?
+#
+# The paper's baselines say how hard its membership task is. On LLaDA its best baseline reaches
+# an AUC of about 70 under domain fine-tuning and at most 69 under instruction fine-tuning (paper
+# Tables 1 and 2; less on Dream, paper Table 3), and Section 4 says Q-Skew beats it by more than
+# 10 points. Where our best baseline is stronger than the paper's by more than that whole margin,
+# our baselines alone do what the paper's Q-Skew does: the task is easier than the paper's, and
+# the claims that Q-Skew is *best*, or beats the best by the paper's margin, cannot show what
+# they test. The table puts our best baseline, measured in the sections below, beside the
+# paper's, with the gate's bound on it: the paper's strongest best baseline of the same kind of
+# fine-tuning plus those 10 points, fixed from the paper's text before any result of this code
+# was read. The same-domain setting is a control and carries no gate.
+#
+# ```{glue} 04_qskew-baseline-level
+# ```
+
+# %% [markdown]
 # ## The Q-Skew score
 #
 # For a sequence $x$ of $L$ tokens, **cyclic sampling** runs $R$ rounds; each round permutes the
 # positions and cuts them into consecutive batches of $b=\mathrm{round}(\rho L)$ tokens
-# ($\rho=0.35$; at $L=48$, batches of 17, 17 and 14), the last one shorter where $b$ does not
+# ($\rho=0.35$; at $L=64$, batches of 22, 22 and 20), the last one shorter where $b$ does not
 # divide $L$, so every token is masked exactly once per round and a full batch hides a share
 # $\rho$ of the tokens, within $1/2L$ (`tests/test_mia.py` checks this over $\rho$ = 0.1 to 0.5).
 # For each batch $M$ and each masked token $i \in M$,
@@ -175,29 +193,39 @@ display(
 )
 
 # %% [markdown]
-# **Baselines on the same interface.** *Loss* {cite}`qskew_yeom2018privacy`: minus the target's
-# mean masked NLL over the cyclic masks. *Min-K%* ($k=20\%$): minus the mean NLL of the 20%
-# worst-predicted positions. *Min-K%++*: the mean of the 20% lowest
-# $z=(\log p(x_i)-\mu)/\sigma$, with $\mu,\sigma$ the mean and standard deviation of $\log p$ under
-# the predicted distribution; each $z$ is formed within one mask pattern, from that pattern's own
-# prediction, and the lowest 20% are taken over all (pattern, token) entries. *Calibration*
-# {cite}`qskew_watson2022calibration`: mean reference NLL minus mean target NLL. *Loss at
-# deterministic masks*: minus the target's masked NLL at fixed nested masks (ratios 0.3/0.5/0.7/0.9
-# of one fixed permutation), averaged; public DLM code calls this "SecMI adapted to DLMs", but it
-# lacks SecMI's defining step. *SecMI (t-error)* {cite}`duan2023secmi`: SecMI compares a sample's
+# **Baselines on the same interface, each as its own paper defines it.** The paper gives every
+# method 16 denoising steps (forward passes) per sample. The likelihood baselines read the model
+# the way a masked diffusion LM is trained and evaluated {cite}`nie2025llada`: 16 passes per
+# sequence, each drawing $t \sim U(0,1)$ and hiding every token with probability $t$
+# (`memlab.science.mia.llada_masks`), shared by the target and the reference. Q-Skew's cyclic
+# probe is its own and serves no baseline. *Loss* {cite}`qskew_yeom2018privacy`: minus the
+# target's LLaDA loss, the per-token estimate $\frac{1}{16}\sum_k \frac{1}{t_k L}
+# \sum_{i \in M_k} -\log p(x_i \mid x_{M_k^c})$ of the loss the model is trained on.
+# *Calibration* {cite}`qskew_watson2022calibration`: the reference's LLaDA loss minus the
+# target's, on the same passes. *Min-K%* {cite}`shi2024mink` ($k=20\%$): each token's NLL
+# averaged over the passes that hid it, then minus the mean of the 20% worst. *Min-K%++*
+# {cite}`zhang2025minkpp`: $z=(\log p(x_i)-\mu)/\sigma$, with $\mu,\sigma$ the mean and
+# standard deviation of $\log p$ under that pass's predicted distribution, averaged per token
+# over the passes that hid it; the score is the mean of the 20% lowest. *Loss at deterministic
+# masks*: minus the target's masked NLL at fixed nested masks (ratios 0.3/0.5/0.7/0.9 of one fixed
+# permutation), averaged; public DLM code calls this "SecMI adapted to DLMs", but it lacks SecMI's
+# defining step. *SecMI (t-error)* {cite}`duan2023secmi`: SecMI compares a sample's
 # deterministic state $\tilde x_t$ with the result of one deterministic forward step and one
 # deterministic reverse step, $\ell_t=\lVert\psi_\theta(\phi_\theta(\tilde x_t,t),t+k)-\tilde
 # x_t\rVert^2$. With masks: $\tilde x_t$ hides the first $tL$ tokens of a fixed permutation, the
 # forward step hides $kL$ more ($k=0.2$), and the reverse step returns the model's expected one-hot
 # vector at those $kL$ tokens (the still-hidden ones agree on both sides); $\ell_t$ is the mean
 # squared error $\lVert p_\theta(\cdot\mid\tilde x_{t+k})_i-e_{x_i}\rVert^2$ over them, and the
-# score is minus its mean over $t$ = 0.1/0.3/0.5/0.7. *SAMA* {cite}`qskew_chen2026sama`: over
-# growing nested masks (5% to 50%), the share of random 8-token subsets whose summed reference NLL
-# exceeds the summed target NLL, steps weighted $1/s$; as in the public SAMA code, each token keeps
-# the loss of the step at which it was first masked. Metrics: AUC and TPR at 10% and 1% FPR from
-# scikit-learn's ROC, mean over runs. A TPR at FPR $f$ is reported only when $f$ times the number of
-# non-members allows at least five false positives; otherwise the cell says "n/a" with the count
-# (with 250 non-members, TPR@1%FPR would be the TPR at two false positives).
+# score is minus its mean over $t$ = 0.1/0.3/0.5/0.7 (SecMI's statistical attack reads one $t$; a
+# step of a few tokens makes one $t$ too noisy on short blocks, our one deviation here). *SAMA*
+# {cite}`qskew_chen2026sama`: over 16 growing nested masks (5% to 50%), the share of random
+# 8-token subsets whose summed reference NLL exceeds the summed target NLL, steps weighted $1/s$;
+# as in the public SAMA code, each token keeps the loss of the step at which it was first masked.
+# `tests/test_mia.py` checks each score on a constructed case whose value is known by hand.
+# Metrics: AUC and TPR at 10% and 1% FPR from scikit-learn's ROC, mean over runs. A TPR at FPR $f$
+# is reported only when $f$ times the number of non-members allows at least five false positives;
+# otherwise the cell says "n/a" with the count (with 250 non-members, TPR@1%FPR would be the TPR
+# at two false positives).
 
 # %% [markdown]
 # ## Domain fine-tuning (paper Table 1)
@@ -221,14 +249,14 @@ for d, t in ours_dft.items():
     display(ch.na_cells(paper.side_by_side(t, paper_dft, ch.METRICS), n_non, min_fp))
 
 # %% [markdown]
-# Ours: the small DLM fine-tuned on 48-token blocks, mean over runs, in %. Where the paper reports
+# Ours: the small DLM fine-tuned on 64-token blocks, mean over runs, in %. Where the paper reports
 # no number the cell shows –.
 
 # %% [markdown]
 # ### Why skewness: the distribution of $\Delta$
 
 # %%
-delta_rows, delta_bands = {}, {}
+delta_rows, delta_bands, zero_bands = {}, {}, {}
 shown = [
     d for d in cfg.domains if dft[d].examples and dft[d].examples["qskew"] is not None
 ]
@@ -256,12 +284,15 @@ if shown:
         b.legend()
         delta_rows[d] = ch.delta_table(ex)
         delta_bands[d] = ch.skew_gap_band(ex, seed=cfg.seed)
+        zero_bands[d] = ch.skew_zero_band(ex, seed=cfg.seed)
     _ = plotting.publish(fig, "deltas", CH)
-    run.record(**ch.delta_metrics(delta_rows, delta_bands))
+    run.record(**ch.delta_metrics(delta_rows, delta_bands, zero_bands))
     for d, t in delta_rows.items():
         m_, n_ = t.loc["members"], t.loc["non-members"]
         mq, nq = m_["Q-Skew (pooled)"], n_["Q-Skew (pooled)"]
-        skewed = mq > 0 and mq > nq
+        # the paper's contrast: members right-skewed, non-members near zero
+        # (nearer zero than to the members' skew, ch.NEAR_ZERO)
+        skewed = mq > 0 and mq > nq and abs(nq) <= ch.NEAR_ZERO * mq
         display(Markdown(f"**{DOMAIN_NAMES[d]}**"))
         display(t.round(3))
         display(
@@ -270,11 +301,12 @@ if shown:
                 f" {n_['mean']:.3f} for non-members; pooled Q-Skew"
                 f" {m_['Q-Skew (pooled)']:.2f} against {n_['Q-Skew (pooled)']:.2f}. "
                 + (
-                    "The members' differences are right-skewed and more so than the"
-                    " non-members', as the paper predicts."
+                    "The members' differences are right-skewed and the non-members'"
+                    " skew is nearer zero than theirs, as the paper predicts."
                     if skewed
                     else "The members' differences are not right-skewed beyond the"
-                    " non-members' here, contrary to the paper's prediction."
+                    " non-members', or the non-members' skew is not near zero (nearer"
+                    " zero than half the members'), contrary to the paper's picture."
                 )
             )
         )
@@ -294,6 +326,9 @@ if shown:
 ift = ch.instruction_experiment(setup)
 ours_ift = ch.table2(ift)
 run.record(**ch.instruction_metrics(ours_ift))
+# the task's difficulty, shown in the regime section above (glued there)
+run.record(**ch.baseline_level_metrics(ours_dft, ours_ift))
+glue(f"{CH}-baseline-level", ch.baseline_level_table(run.metrics), display=False)
 ch.na_cells(
     paper.side_by_side(ours_ift, paper.table(CH, "table2_alpaca"), ch.METRICS),
     n_non,
@@ -343,11 +378,18 @@ display(pd.concat({short[d]: sweep for d, sweep in sweeps.items()}, axis=1))
 # ## Token-level asymmetry (paper Figure 1)
 #
 # The method rests on one assumption (the paper's Assumption 3.1): when a token is masked and
-# trained, its gain is larger the lower the mask ratio. We fine-tune the base on the members at a
-# *fixed* mask ratio (0.25, 0.5, 0.75) and measure every member token's gain, base NLL minus
-# fine-tuned NLL, under one shared round of cyclic masks. Two readings are shown: the total gain after
-# training (what paper Figure 1 plots) and the gain per step in which the token was masked
-# (total divided by ratio times epochs, since a higher ratio trains each token more often).
+# trained, its gain is larger the lower the mask ratio. In each of the `runs` seeds we draw
+# members, fine-tune the base on them at a *fixed* mask ratio (0.25, 0.5, 0.75) and measure every
+# member token's gain, base NLL minus fine-tuned NLL, under one shared round of cyclic masks; the
+# gains are pooled over the seeds. Two readings are shown: the total gain after training (what
+# paper Figure 1 plots) and the gain per step in which the token was masked (total divided by
+# ratio times epochs, since a higher ratio trains each token more often). The bands resample
+# member sequences, not tokens: the tokens of one sequence share its fine-tuning.
+#
+# One deviation: the paper plots the difference of the true token's *confidence logit* after
+# training; we take the difference of its log-probability, the logit minus the log-partition.
+# A raw logit is defined only up to a shift per position, so it cannot be compared between the
+# base and the fine-tuned model; the log-probability can.
 
 # %%
 asym = ch.asymmetry_experiment(setup)
@@ -375,9 +417,14 @@ asym["table"].set_axis([f"{r:g}" for r in asym["table"].index]).round(3)
 #
 # Records are synthetic (`memlab.data.pii`): a fictional name and topic followed by an e-mail address
 # or a phone number, e.g. `Maria Lopez of the harbour survey , email : maria.lopez41@inbox.net`,
-# padded with an end-of-text token. The base model is fine-tuned on all target records (at `cpu`,
-# 1000 epochs, so that it has memorised them: the last row of the table shows how often the true PII
-# is among the candidates at all). For each
+# padded with an end-of-text token. The base model is fine-tuned on all target records (at `cpu`
+# for `pii_epochs` epochs against the paper's 6: after 6 our small model regenerates no target's
+# PII at all, and the last row of the table shows how often the true PII is among the
+# candidates). Too many epochs put the cross-entropy ranking near its ceiling, where the paper's
+# CE finds a quarter of the targets, so the claims are gated on CE's rate (below), and the `cpu`
+# value of `pii_epochs` was chosen on that rate alone, never on the rankings the claims compare:
+# of the epochs measured, the one inside the gate whose rate is nearest the paper's (the grid is
+# in the gate's table). For each
 # record, 20 mask tokens replace the PII (and the padding after it), $N$ candidates come from
 # independent denoising runs (LLaDA's low-confidence remasking, temperature 1), and the unique
 # candidates are ranked by cross-entropy (target model, random masks hiding 35% of the record's own
@@ -424,7 +471,13 @@ display(pii["memorisation"].round(2))
 # *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
 # base as the reference of the instruction-tuned instruct model. *Para-modification reference*: the
 # golden reference fine-tuned, with the same recipe, on *other* data of the same domain (held-out
-# blocks or pairs) in which 20% of the tokens were replaced at random.
+# blocks or pairs) in which 20% of the tokens were replaced at random; the paper says only "a model
+# fine-tuned on other perturbed data", so this construction is ours. The paper's sentence says two
+# things. The claim is judged on the first, the cost: the drop from the golden reference is a few
+# points (at most 6, against the paper's 1.3 to 5.0). The second, still above the strongest
+# baseline, is a separate labelled part of its evidence, outside the verdict: where Q-Skew is
+# below a baseline even with its golden reference, that is the finding of the best-AUC claims, not
+# a cost of the mismatch.
 
 # %%
 t4 = {d: ch.table4(r, ift, cfg.scores) for d, r in dft.items()}
@@ -497,10 +550,16 @@ if cfg.profile == "smoke":
 # chapter's own guard: a masked NLL at least 0.5 nats below a unigram model's, the rule the `cpu`
 # profile already enforces on the pre-training domain, applied unchanged to the docstrings of the
 # domain-gap setting. A claim whose gate fails is "outside the paper's regime" and says nothing
-# about the paper either way. The two PII claims have no gate (the paper's only regime statement
-# there is its fine-tuning on TREC; what limits them here is the number of targets), and the
-# per-step gain is a sanity check. The table gives each gate, what this run measured, and the run
-# that would bring its claims inside with its estimated cost.
+# about the paper either way. The two PII claims have their own gate: the paper's cross-entropy
+# ranking finds 25% of its targets, far from a ceiling, which leaves the skewness targets to add;
+# ours must find at most half (twice the paper's rate), or the two claims hold or fail by
+# construction. The claims that Q-Skew is best, and by the paper's margin, carry a second
+# marker: our best baseline no more than 10 AUC points (the margin the paper claims) above the
+# paper's strongest best baseline of the same kind of fine-tuning (the regime section's second
+# table). The per-step gain is a sanity check, counted apart from the paper's claims: it falls
+# with the ratio whenever the total gain grows more slowly than the ratio. The table gives each
+# gate, what this run measured, and the run that would bring its claims inside with its
+# estimated cost.
 
 # %% tags=["hide-input"]
 display(pagekit.regimes_table(CH, verdicts))

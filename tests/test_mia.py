@@ -256,7 +256,18 @@ def test_probe_scores_agree_with_direct_deltas():
             d.append((r - t)[m])
         d = torch.cat(d).numpy()
         assert out["qskew"][i] == pytest.approx(mia.qskew(d), rel=1e-9)
-        assert out["calibration"][i] == pytest.approx(d.mean(), rel=1e-9, abs=1e-12)
+        # Loss and Calibration read LLaDA's random-t passes, one forward each, not the cyclic probe.
+        loss = {}
+        for name, model in (("target", target), ("ref", ref)):
+            per_pass = []
+            for m, t in zip(probe.llada[i], probe.llada_t[i]):
+                if m.any():
+                    nll = dlm.masked_nll(model, ids[i:i + 1], m[None])[0]
+                    per_pass.append(nll[m].sum().item() / (t.item() * 10))
+            loss[name] = np.mean(per_pass)
+        assert out["loss"][i] == pytest.approx(-loss["target"], rel=1e-9)
+        assert out["calibration"][i] == pytest.approx(loss["ref"] - loss["target"], rel=1e-9, abs=1e-12)
+        assert out["calibration"][i] != pytest.approx(d.mean(), rel=1e-3)  # not the cyclic mean ablation
 
 
 @pytest.mark.parametrize("m", [1, 2, 7, 8, 9, 33, 48, 300, 10_001])
@@ -279,3 +290,127 @@ def test_choice_rows_are_subsets_without_repeats():
     assert counts.min() > 140 and counts.max() < 260
     with pytest.raises(ValueError, match="subset_size"):
         mia.choice_rows(5, 6, 1, np.random.default_rng(0))
+
+
+# --- the baselines on constructed cases whose values are known by hand ------------------------------
+
+class _TableLM(torch.nn.Module):
+    """A masked LM that ignores its input: position i always predicts the fixed distribution probs[i].
+
+    So every masked token's NLL, and the mean and spread of log p there, are known in closed form
+    whatever the mask: each baseline's value can be computed by hand from the table and the masks.
+    """
+
+    def __init__(self, probs: torch.Tensor, mask_id: int):
+        super().__init__()
+        self.register_buffer("logits", torch.log(probs.double()))
+        self.w = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        self.vocab_size, self.mask_id = probs.shape[1], mask_id
+
+    def forward(self, ids, attention_mask=None):
+        return self.logits.expand(ids.shape[0], -1, -1) + 0 * self.w
+
+
+def _table(p_true: list[float], ids: list[int], vocab: int) -> torch.Tensor:
+    """(L, V) rows giving the true token ids[i] probability p_true[i], the rest spread evenly."""
+    probs = torch.empty(len(ids), vocab, dtype=torch.float64)
+    for i, (p, x) in enumerate(zip(p_true, ids)):
+        probs[i] = (1 - p) / (vocab - 1)
+        probs[i, x] = p
+    return probs
+
+
+IDS = [0, 1, 2, 3, 0, 1]
+TARGET_P = [0.9, 0.5, 0.3, 0.7, 0.05, 0.6]  # no row uniform: sd of log p > 0
+REF_P = [0.6, 0.5, 0.1, 0.6, 0.05, 0.3]
+
+
+def _table_scores(scores, k=0.34, mc_steps=8, seed=3):
+    v = 5  # token 4 is the mask token
+    target, ref = _TableLM(_table(TARGET_P, IDS, v), 4), _TableLM(_table(REF_P, IDS, v), 4)
+    ids = torch.tensor([IDS])
+    probe = mia.make_probe(torch.ones(1, 6, dtype=torch.bool), rounds=1, sama_steps=2, mc_steps=mc_steps, seed=seed)
+    tv, rv = mia.model_view(target, ids, probe), mia.model_view(ref, ids, probe)
+    return mia.compute_scores(tv, rv, probe, scores, k=k), probe
+
+
+def _hand_llada_loss(p_true, masks, ts) -> float:
+    nll = -np.log(p_true)
+    per = [nll[m.numpy()].sum() / (t.item() * len(p_true)) for m, t in zip(masks, ts) if m.any()]
+    return float(np.mean(per))
+
+
+def test_loss_and_calibration_are_llada_losses_on_random_t_masks():
+    got, probe = _table_scores(["loss", "calibration"])
+    masks, ts = probe.llada[0], probe.llada_t[0]
+    assert masks.shape == (8, 6) and ((ts >= mia.LLADA_EPS) & (ts <= 1 - mia.LLADA_EPS)).all()
+    lt, lr = _hand_llada_loss(TARGET_P, masks, ts), _hand_llada_loss(REF_P, masks, ts)
+    assert got["loss"][0] == pytest.approx(-lt, rel=1e-12)           # Yeom et al.: minus the loss
+    assert got["calibration"][0] == pytest.approx(lr - lt, rel=1e-12)  # Watson et al.: ref minus target
+
+
+def test_min_k_baselines_on_a_table_model():
+    got, probe = _table_scores(["min_k", "min_k_pp"], k=0.34)
+    seen = probe.llada[0].any(0).numpy()
+    assert seen.sum() >= 2
+    nll = -np.log(TARGET_P)[seen]
+    worst = np.sort(nll)[::-1][:max(1, int(seen.sum() * 0.34))]
+    assert got["min_k"][0] == pytest.approx(-worst.mean(), rel=1e-12)  # Shi et al.: the k% least likely
+    # Min-K%++ (Zhang et al.): z = (log p(x) - E_p[log p]) / sd_p[log p], per position, k% lowest.
+    probs = _table(TARGET_P, IDS, 5).numpy()
+    lp = np.log(probs)
+    mu = (probs * lp).sum(1)
+    sd = np.sqrt((probs * lp ** 2).sum(1) - mu ** 2)
+    z = ((np.log(TARGET_P) - mu) / sd)[seen]
+    assert got["min_k_pp"][0] == pytest.approx(np.sort(z)[:max(1, int(seen.sum() * 0.34))].mean(), rel=1e-9)
+
+
+def test_llada_loss_on_hand_made_passes_and_its_unbiasedness():
+    nan = np.nan
+    nll = np.array([[1.0, nan, 3.0, nan], [nan, nan, nan, nan], [2.0, 2.0, 2.0, 2.0]])
+    t = np.array([0.5, 0.3, 0.8])
+    # pass 0: 4 / (0.5 * 4) = 2; pass 1 masks nothing and is skipped; pass 2: 8 / (0.8 * 4) = 2.5
+    assert mia.llada_loss(nll, t, 4) == pytest.approx(2.25)
+    with pytest.raises(ValueError, match="no pass"):
+        mia.llada_loss(np.full((2, 3), nan), np.array([0.5, 0.5]), 3)
+    with pytest.raises(ValueError, match="n_eligible"):
+        mia.llada_loss(nll, t, 0)
+    # a constant per-token NLL c: E[sum_masked c / (t L)] = c, the per-token loss, whatever t
+    e = torch.ones(40, dtype=torch.bool)
+    masks, ts = mia.llada_masks(e, 20000, torch.Generator().manual_seed(0))
+    est = mia.llada_loss(np.where(masks.numpy(), 1.5, np.nan), ts.numpy(), 40)
+    assert est == pytest.approx(1.5, rel=0.05)
+
+
+def test_llada_masks_mask_each_eligible_token_with_probability_t():
+    e = torch.tensor([True] * 30 + [False] * 10)
+    masks, t = mia.llada_masks(e, 4000, torch.Generator().manual_seed(1))
+    assert masks.shape == (4000, 40) and not masks[:, 30:].any()
+    share = masks[:, :30].double().mean(1)
+    assert float(np.corrcoef(share.numpy(), t.numpy())[0, 1]) > 0.95  # each pass hides ~ t of the tokens
+    assert abs(float(t.mean()) - 0.5) < 0.02  # t ~ U[eps, 1 - eps]
+    again, t2 = mia.llada_masks(e, 4000, torch.Generator().manual_seed(1))
+    assert torch.equal(masks, again) and torch.equal(t, t2)
+    with pytest.raises(ValueError, match="mc_steps"):
+        mia.llada_masks(e, 0, torch.Generator())
+
+
+def test_llada_passes_leave_the_other_probe_groups_unchanged():
+    e = torch.ones(3, 12, dtype=torch.bool)
+    a = mia.make_probe(e, rounds=2, sama_steps=3, mc_steps=16, seed=4)
+    b = mia.make_probe(e, rounds=2, sama_steps=3, mc_steps=0, seed=4)
+    assert torch.equal(a.cyclic, b.cyclic) and torch.equal(a.sama, b.sama) and torch.equal(a.secmi, b.secmi)
+    assert b.llada is None and a.llada.shape == (3, 16, 12)
+    with pytest.raises(ValueError, match="mc_steps"):
+        mia.compute_scores({}, None, b, ["loss"])
+
+
+def test_min_k_pp_positions_average_z_per_position():
+    nan = np.nan
+    # position 0 is hidden by both masks (z = 1 and -2: mean -0.5), position 1 by the second (z = 0)
+    nll = np.array([[1.0, nan], [3.0, 2.0]])
+    mu = np.array([[-1.5, nan], [-1.0, -2.0]])
+    sigma = np.array([[0.5, nan], [1.0, 1.0]])
+    assert mia.min_k_pp_positions(nll, mu, sigma, k=0.5) == pytest.approx(-0.5)
+    assert mia.min_k_pp_positions(nll, mu, sigma, k=1.0) == pytest.approx(-0.25)
+    assert mia.min_k_positions(nll, k=0.5) == pytest.approx(-2.0)  # position NLLs 2.0 and 2.0

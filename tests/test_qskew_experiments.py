@@ -175,8 +175,9 @@ def _paper_like():
         "domain": {gap: _auc(**{"Loss": 60.0, "Calibration": 65.0, "SAMA": 68.0, "Q-Skew": 80.0}),
                    "same": _auc(**{"Calibration": 97.0, "Q-Skew": 80.0})},
         "instruction": _auc(**{"Loss": 55.0, "Calibration": 70.0, "Q-Skew": 82.0}),
-        "delta_stats": {gap: {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.2}}},
-        "delta_band": {gap: 0.05},
+        # non-members near zero: |-0.05| well under half the members' 0.4
+        "delta_stats": {gap: {"members": {"Q-Skew (pooled)": 0.4}, "non-members": {"Q-Skew (pooled)": -0.05}}},
+        "delta_band": {gap: 0.05}, "delta_zero_band": {gap: 0.05},
         # run.metrics keys the asymmetry table by float ratio, deliberately out of order here;
         # standard errors 0.005 nats: a band of 1.96 x hypot(0.005, 0.005) = 0.014 on each step
         "asymmetry": {0.5: {"mean gain (nats)": 0.2, "gain per masked step": 0.1, "mean gain SE": 0.005},
@@ -191,7 +192,7 @@ def _paper_like():
         "pii": {"hits": {"CE": {"email": 20, "phone": 30}, "Q-Skew (PII mask)": {"email": 8, "phone": 10},
                          "Q-Skew (context mask)": {"email": 0, "phone": 0},
                          "Combine-0.1": {"email": 35, "phone": 45}},
-                "oracle": {"email": 80, "phone": 90}, "targets_per_kind": PII_N},
+                "oracle": {"email": 80, "phone": 90}, "targets_per_kind": PII_N, "ce_rate": 25.0},
     }
     m["pii"]["top1"] = {k: _pii_top1(h) for k, h in m["pii"]["hits"].items()}
     return m
@@ -220,8 +221,11 @@ def test_claims_all_reproduced_on_paper_like_metrics():
                                    "paper's tables' +8.3, band")
     assert ev["asymmetry"] == ("mean gain by ratio 0.25: 0.300, 0.5: 0.200, 0.75: 0.100 "
                                "(bands on the steps \u00b10.014, \u00b10.014)")
-    assert ev["mismatch"].startswith("base: golden 80.0, worst mismatched 76.0, SAMA 70.0; "
-                                     "instruct: golden 82.0, worst mismatched 79.0, SAMA 75.0 (bands \u00b1")
+    assert ev["mismatch"].startswith("base: golden 80.0, worst mismatched 76.0, drop +4.0 (band \u00b1")
+    assert "; allowed drop 6 [separate part, not in this verdict: still above the strongest baseline? base 76.0 " \
+        "vs SAMA 68.0 (band" in ev["mismatch"]
+    assert ev["mismatch"].endswith("instruct 79.0 vs Calibration 70.0 (band \u00b1" +
+                                   f"{qs.auc_diff_band(79.0, 70.0, _paper_like()):.1f}): above]")
     assert ev["pii_combine"].startswith("top-1 hits CE phone 30/100, email 20/100; Combine-0.1 phone 45/100, "
                                         "email 35/100; truth among candidates phone 90/100, email 80/100")
     assert ev["pii_skew_alone"].startswith("Q-Skew (PII mask) 18 hits vs CE 50 of 200")
@@ -260,7 +264,11 @@ BREAKS = {
     "per_step": (_set(("asymmetry", 0.5, "gain per masked step"), 0.3), {"per_step"}),
     # drops and leads outside their AUC bands (about +-1.4 at 2000 + 2000 sequences)
     "mismatch_drop": (_set(("table4_instruct", "Para-modification reference", "AUC"), 73.0), {"mismatch"}),
-    "mismatch_sama": (_set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 79.0), {"mismatch"}),
+    # a base-side mismatched reference 14 points down: a large cost
+    "mismatch_base_drop": (_set(("table4_base", G, "Other-variant reference", "AUC"), 66.0), {"mismatch"}),
+    # the non-members' skew far from zero (above half the members'), though below the members'
+    "member_skew_not_near_zero": (_set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.3),
+                                  {"member_skew"}),
     "ablation": (_set(("ablation", G, "mean instead of skewness", "AUC"), 83.0), {"ablation"}),
     "pii_combine_kind": (_set_pii("Combine-0.1", {"email": 60, "phone": 25}), {"pii_combine"}),
     "pii_skew_alone": (_set_pii("Q-Skew (PII mask)", {"email": 45, "phone": 50}), {"pii_skew_alone"}),
@@ -283,9 +291,10 @@ WITHIN_NOISE = {
     # one target apart from CE: a paired band of about 0.012 on a margin of 0.005
     "pii_combine": _set_pii("Combine-0.1", {"email": 20, "phone": 31}),
     "pii_skew_alone": _set_pii("Q-Skew (PII mask)", {"email": 19, "phone": 30}),
-    "member_skew": _set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.36),  # 0.04 against +-0.05
+    # near zero by 0.03 (|0.17| against 0.4 / 2) inside the band +-0.05
+    "member_skew": _set(("delta_stats", G, "non-members", "Q-Skew (pooled)"), 0.17),
     "asymmetry": _set(("asymmetry", 0.75, "mean gain (nats)"), 0.19),  # a step of 0.01 against +-0.014
-    "mismatch": _set(("table4_base", G, "SAMA (w/ Ref)", "AUC"), 75.5),  # worst 76.0 leads by 0.5
+    "mismatch": _set(("table4_base", G, "Other-variant reference", "AUC"), 74.1),  # a drop of 5.9 against 6
 }
 
 

@@ -260,7 +260,8 @@ def context_regime(model, ids, train_ids, vocab_size: int, *, rho: float, exclud
 
     if ids.ndim != 2 or ids.shape[0] == 0:
         raise ValueError(f"context_regime: ids must be a non-empty (N, L) tensor (got shape {tuple(ids.shape)})")
-    probe = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=rho, rounds=1, sama_steps=1, seed=seed)
+    probe = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=rho, rounds=1, sama_steps=1, mc_steps=0,
+                           seed=seed)
     nll = mia.model_view(model, ids, probe, None, batch_size, groups={"cyclic"}, stats=False)["cyclic"]
     base = float(torch.nanmean(nll))
     uni = unigram_nll(train_ids, ids, vocab_size, exclude=exclude)

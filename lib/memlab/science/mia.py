@@ -5,23 +5,31 @@ Every score is computed from the one masked-likelihood interface
 drawn once per sequence (:class:`Probe`) and shared by the target and the
 reference model, so a reference "view" can be reused for several targets.
 
-Scores (higher = more likely a member):
+The Q-Skew paper (Section 4, experimental setup) gives every method the same
+budget: 16 denoising steps (forward passes) per sample. The likelihood baselines
+read the model the way it is trained and evaluated, LLaDA's random-t masks
+(:func:`llada_masks`); Q-Skew reads its own cyclic probe; SecMI and SAMA their
+own nested masks. Scores (higher = more likely a member):
 
-* ``loss``: minus the mean masked NLL of the target (Yeom et al.);
-* ``min_k``: minus the mean NLL of the k% worst-predicted positions (Shi et al.);
-* ``min_k_pp``: mean of the k% lowest Min-K%++ z-scores, each z formed from one
-  mask pattern's own prediction (Zhang et al.);
-* ``calibration``: reference NLL minus target NLL, averaged (Watson et al.);
+* ``loss``: minus the target's LLaDA loss, the per-token negative-ELBO estimate
+  over the random-t masks (:func:`llada_loss`; Yeom et al. 2018's loss attack);
+* ``min_k``: minus the mean NLL of the k% worst-predicted positions, each
+  position's NLL averaged over the random-t masks that hid it (Shi et al. 2024);
+* ``min_k_pp``: mean of the k% lowest per-position Min-K%++ z-scores, each z
+  formed from one mask's own prediction and averaged over the masks that hid the
+  position (Zhang et al. 2025);
+* ``calibration``: the reference's LLaDA loss minus the target's on the same
+  random-t masks (Watson et al. 2022's difficulty calibration);
 * ``det_loss``: minus the target's masked NLL at a few deterministic, nested mask
   ratios, averaged over ratios (the "SecMI adapted to DLMs" of public DLM code:
   SecMI's deterministic masks without its consistency test);
-* ``secmi``: SecMI's t-error (Duan et al.) in the masked setting: from the
+* ``secmi``: SecMI's t-error (Duan et al. 2023) in the masked setting: from the
   deterministic state at ratio t, mask deterministically up to t + k, let the model
   take one deterministic reverse step back to t (its expected one-hot vector at the
   re-revealed tokens) and score minus the squared error against the true state;
 * ``sama``: share of random token subsets on which the reference's summed NLL
   exceeds the target's, over growing masks, each token's loss kept from the step it
-  was first masked, early steps weighted 1/s (SAMA);
+  was first masked, early steps weighted 1/s (SAMA, Chen et al. 2026);
 * ``qskew``: the quantile-weighted median skewness of the per-token differences
   Delta = NLL_ref - NLL_target under cyclic masks (:func:`qskew`).
 """
@@ -35,7 +43,7 @@ import torch
 from memlab.models.diffusion_lm import check_same_vocab, masked_nll
 
 # Which probe groups each score reads.
-NEEDS = {"loss": "cyclic", "min_k": "cyclic", "min_k_pp": "cyclic", "calibration": "cyclic",
+NEEDS = {"loss": "llada", "min_k": "llada", "min_k_pp": "llada", "calibration": "llada",
          "det_loss": "secmi", "secmi": "secmi", "sama": "sama", "qskew": "cyclic",
          "qskew_no_cyclic": "random", "qskew_mean": "cyclic", "qskew_no_weight": "cyclic"}
 SCORES: tuple[str, ...] = ("loss", "min_k", "min_k_pp", "calibration", "det_loss", "secmi", "sama", "qskew")
@@ -138,7 +146,11 @@ def _keep(n: int, k: float) -> int:
 
 
 def min_k(nll, k: float = 0.2) -> float:
-    """Min-K%: mean log-probability of the k% least likely tokens. nll: (n,) nats (NaN ignored)."""
+    """Min-K%: mean log-probability of the k% least likely tokens. nll: (n,) nats (NaN ignored).
+
+    Shi et al. 2024 (Detecting Pretraining Data from Large Language Models, ICLR),
+    Section 3, Min-K% Prob: (1/|min-k|) sum over the k% lowest-probability tokens of log p.
+    """
     x = np.asarray(nll, dtype=float)
     x = x[np.isfinite(x)]
     if x.size == 0:
@@ -161,7 +173,7 @@ def min_k_pp_from_stats(nll, mu, sigma, k: float = 0.2, eps: float = 1e-6) -> fl
 
 
 def min_k_plus_plus(log_probs, token_ids, k: float = 0.2) -> float:
-    """Min-K%++ of one sequence.
+    """Min-K%++ of one sequence (Zhang et al. 2025, Min-K%++, ICLR, Section 3).
 
     log_probs: (L, V) normalised log-probabilities (one row per scored position);
     token_ids: (L,) int, the observed tokens. Each token gets
@@ -177,6 +189,95 @@ def min_k_plus_plus(log_probs, token_ids, k: float = 0.2) -> float:
     mu, sigma = log_prob_stats(lp)
     nll = -lp.gather(1, ids[:, None]).squeeze(1)
     return min_k_pp_from_stats(nll.numpy(), mu.numpy(), sigma.numpy(), k)
+
+
+# ----------------------------------------------------------------------------- likelihood baselines (random-t masks)
+
+LLADA_EPS = 1e-3  # t is drawn from [eps, 1 - eps], as LLaDA's forward process does, so 1/t stays finite
+
+
+def llada_masks(eligible: torch.Tensor, n: int, generator: torch.Generator,
+                eps: float = LLADA_EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """LLaDA's forward process, ``n`` times: draw t ~ U[eps, 1 - eps], mask each eligible token with probability t.
+
+    Nie et al. 2025 (LLaDA), Section 2.1 and Eq. (3): the training objective masks every
+    token independently with probability t ~ U(0, 1) and weights the masked tokens'
+    cross-entropy by 1/t; the public DLM membership code (SAMA's baselines) scores
+    likelihood attacks on the same masks. eligible: (L,) bool. Returns (masks (n, L)
+    bool, t (n,) float64). A pattern that masks nothing is kept empty (all False) and
+    skipped by :func:`llada_loss`, as a pass that masks nothing carries no loss.
+    """
+    if n < 1:
+        raise ValueError(f"parameter 'mc_steps': must be >= 1 (got {n})")
+    e = eligible.bool()
+    t = eps + (1 - 2 * eps) * torch.rand(n, generator=generator, dtype=torch.float64)
+    masks = (torch.rand(n, e.numel(), generator=generator, dtype=torch.float64) < t[:, None]) & e
+    return masks, t
+
+
+def llada_loss(nll, t, n_eligible: int) -> float:
+    """LLaDA's per-token loss (nats/token) of one sequence from its random-t passes.
+
+    nll: (P, L) masked NLL (nats), NaN where unmasked; t: (P,) each pass's mask
+    probability; n_eligible: the sequence's maskable tokens L'. Each pass gives the
+    unbiased estimate sum_{i masked} NLL_i / (t L') of the negative ELBO per token
+    (Nie et al. 2025, Eq. 3, divided by L'); the result is their mean over the passes
+    that masked at least one token. This is the loss the DLM is trained on, so it is
+    the loss of Yeom et al.'s attack and of Watson et al.'s calibration.
+    """
+    a = np.asarray(nll, dtype=float)
+    t = np.asarray(t, dtype=float).ravel()
+    if a.ndim != 2 or t.shape != (a.shape[0],):
+        raise ValueError(f"parameter 'nll': must be (P, L) with t (P,) (got {a.shape}, {t.shape})")
+    if n_eligible < 1:
+        raise ValueError(f"parameter 'n_eligible': must be >= 1 (got {n_eligible})")
+    seen = np.isfinite(a)
+    used = seen.any(1)
+    if not used.any():
+        raise ValueError("parameter 'nll': no pass masks any token")
+    per_pass = np.where(seen, a, 0.0).sum(1)[used] / (t[used] * n_eligible)
+    return float(per_pass.mean())
+
+
+def per_position_mean(x) -> np.ndarray:
+    """(P, L) with NaN where unmasked -> (L,) mean over the patterns that masked each position (NaN if none)."""
+    a = np.asarray(x, dtype=float)
+    cnt = np.isfinite(a).sum(0)
+    tot = np.where(np.isfinite(a), a, 0).sum(0)
+    return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
+
+
+def min_k_positions(nll, k: float = 0.2) -> float:
+    """Min-K% over random masks: each position's NLL averaged over the masks that hid it, then :func:`min_k`.
+
+    nll: (P, L) masked NLL (nats), NaN where unmasked. Shi et al. 2024 (Min-K% Prob,
+    Section 3) score one log-probability per token; a DLM gives one per (mask, token),
+    so a token's log-probability is its mean over the masks that hid it (as the public
+    DLM membership code does), and positions never masked are left out.
+    """
+    return min_k(per_position_mean(nll), k)
+
+
+def min_k_pp_positions(nll, mu, sigma, k: float = 0.2, eps: float = 1e-6) -> float:
+    """Min-K%++ over random masks: the k% lowest per-position z-scores, mean (Zhang et al. 2025, Section 3).
+
+    nll, mu, sigma: (P, L) per (mask, position), NaN where unmasked (``masked_nll(...,
+    with_stats=True)``: mu and sigma are the mean and standard deviation of log p under
+    that mask's predicted distribution). z = (log p(x_i) - mu) / max(sigma, eps) is
+    formed within each mask, from its own prediction, as Min-K%++ forms it from one
+    prefix; a position's z is its mean over the masks that hid it; the score is the
+    mean of the k% lowest of these (at least one).
+    """
+    nll, mu, sigma = (np.asarray(a, dtype=float) for a in (nll, mu, sigma))
+    if not nll.shape == mu.shape == sigma.shape:
+        raise ValueError(f"parameter 'nll': nll, mu, sigma must share a shape (got {nll.shape}, {mu.shape}, "
+                         f"{sigma.shape})")
+    z = (-nll - mu) / np.maximum(sigma, eps)
+    zp = per_position_mean(np.where(np.isfinite(z), z, np.nan))
+    zp = zp[np.isfinite(zp)]
+    if zp.size == 0:
+        raise ValueError("parameter 'nll': needs at least one finite value")
+    return float(np.sort(zp)[:_keep(zp.size, k)].mean())
 
 
 # ----------------------------------------------------------------------------- SAMA
@@ -218,7 +319,9 @@ def choice_rows(m: int, s: int, num: int, rng: np.random.Generator) -> np.ndarra
 def sama_vote(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.random.Generator) -> float:
     """Share of random subsets (size ``subset_size``) with sum NLL_ref > sum NLL_target.
 
-    nll_target, nll_ref: (m,) per-token NLL at the currently masked positions.
+    nll_target, nll_ref: (m,) per-token NLL at the currently masked positions. SAMA's
+    per-step vote (Chen et al. 2026, arXiv 2601.20125, the subset-aggregated test; its
+    reference code draws 128 subsets of 8 tokens per step).
     """
     t, r = np.asarray(nll_target, float), np.asarray(nll_ref, float)
     idx = choice_rows(t.size, min(subset_size, t.size), num_subsets, rng)
@@ -242,7 +345,10 @@ def first_masked_losses(nll: np.ndarray) -> np.ndarray:
 def sama_score(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.random.Generator) -> float:
     """SAMA of one sequence from (S, L) NLLs under nested growing masks (NaN where unmasked).
 
-    Each step s votes :func:`sama_vote` over all positions masked so far, with
+    Chen et al. 2026 (SAMA, arXiv 2601.20125, Membership Inference Attacks on Finetuned
+    Diffusion Language Models): progressive masking from 5 % to 50 % of the tokens over
+    S steps (:func:`sama_masks`; S = 16 in the reference code, the Q-Skew paper's 16
+    steps), a subset vote per step, inverse-step weights. Each step s votes :func:`sama_vote` over all positions masked so far, with
     first-masked losses (:func:`first_masked_losses`); a step that masks no new token
     is skipped; the votes are averaged with weights 1/s over the steps kept.
     """
@@ -263,6 +369,15 @@ def sama_score(nll_target, nll_ref, subset_size: int, num_subsets: int, rng: np.
 
 def secmi_t_error(brier_new) -> float:
     """SecMI's t-error from (Q, L) squared errors at the re-revealed tokens (NaN elsewhere).
+
+    Duan et al. 2023 (SecMI, ICML), Section 4: the t-error of a sample is
+    ||psi(phi(x~_t, t), t + k) - x~_t||^2, x~_t its deterministic state at step t, phi one
+    deterministic forward step to t + k and psi one deterministic reverse step back;
+    SecMI_stat thresholds it at one t. In a masked DLM the deterministic state hides a
+    fixed share t of the tokens (:func:`secmi_masks`), the forward step hides k more and
+    the reverse step returns the model's expected one-hot vector there. Deviation: we
+    average the t-error over several t (``secmi_ratios``) where SecMI_stat reads one;
+    with a step of a few tokens a single t is too noisy on short blocks.
 
     brier_new[q, i] = ||p_theta(. | x_{t_q + k})_i - e_{x_i}||^2 for the tokens the
     reverse step t_q + k -> t_q reveals; the t-error of step q is their mean (the
@@ -357,6 +472,8 @@ def secmi_masks(eligible: torch.Tensor, ratios, step: float = 0.2) -> tuple[torc
 def sama_masks(eligible: torch.Tensor, steps: int, lo: float, hi: float, generator: torch.Generator) -> torch.Tensor:
     """Growing masks: step s masks ~ (lo + (hi - lo)(s+1)/(steps+1)) n positions, nested.
 
+    SAMA's linear progressive schedule (Chen et al. 2026; lo = 0.05, hi = 0.5 in its code).
+
     Returns (steps, L) bool; row s contains row s-1.
     """
     pos = torch.nonzero(eligible.bool()).squeeze(1)
@@ -385,7 +502,9 @@ class Probe:
     shorter sequences padded with empty patterns (skipped by :func:`model_view`);
     random: (N, P, L) or None (the no-cyclic ablation); secmi: (N, Q, L) SecMI's
     states at t + k and secmi_revealed (N, Q, L) the tokens the reverse step
-    re-reveals; sama: (N, S, L) nested.
+    re-reveals; sama: (N, S, L) nested; llada: (N, K, L) LLaDA's random-t masks
+    (:func:`llada_masks`, K = ``mc_steps``) with llada_t (N, K) their mask
+    probabilities, the likelihood baselines' passes (None: not drawn).
     """
 
     cyclic: torch.Tensor
@@ -393,19 +512,31 @@ class Probe:
     secmi: torch.Tensor
     sama: torch.Tensor
     secmi_revealed: torch.Tensor | None = None
+    llada: torch.Tensor | None = None
+    llada_t: torch.Tensor | None = None
 
     def groups(self) -> dict[str, torch.Tensor]:
         g = {"cyclic": self.cyclic, "secmi": self.secmi, "sama": self.sama}
         if self.random is not None:
             g["random"] = self.random
+        if self.llada is not None:
+            g["llada"] = self.llada
         return g
 
 
 def make_probe(eligible: torch.Tensor, *, rho: float = 0.35, rounds: int = 5,
                secmi_ratios=(0.1, 0.3, 0.5, 0.7), secmi_step: float = 0.2, sama_steps: int = 8,
-               sama_range=(0.05, 0.5), with_random: bool = False, seed: int = 0) -> Probe:
-    """Draw every mask pattern for N sequences. eligible: (N, L) bool (n_i >= 2 each)."""
+               sama_range=(0.05, 0.5), with_random: bool = False, mc_steps: int = 16, seed: int = 0) -> Probe:
+    """Draw every mask pattern for N sequences. eligible: (N, L) bool (n_i >= 2 each).
+
+    ``mc_steps``: LLaDA random-t passes per sequence for the likelihood baselines (the
+    Q-Skew paper gives every method 16 denoising steps per sample); 0 draws none. They
+    are drawn after every other group, so the cyclic, SecMI and SAMA masks of a seed
+    do not depend on it.
+    """
     check_rho(rho)
+    if mc_steps < 0:
+        raise ValueError(f"parameter 'mc_steps': must be >= 0 (got {mc_steps})")
     check_secmi(secmi_ratios, secmi_step)
     if rounds < 1:
         raise ValueError(f"parameter 'rounds': must be >= 1 (got {rounds})")
@@ -416,7 +547,11 @@ def make_probe(eligible: torch.Tensor, *, rho: float = 0.35, rounds: int = 5,
            if with_random else None)
     sec = [secmi_masks(e, secmi_ratios, secmi_step) for e in eligible]
     sam = torch.stack([sama_masks(e, sama_steps, *sama_range, g) for e in eligible])
-    return Probe(cyc, rnd, torch.stack([a for a, _ in sec]), sam, torch.stack([b for _, b in sec]))
+    lla = lla_t = None
+    if mc_steps:
+        drawn = [llada_masks(e, mc_steps, g) for e in eligible]
+        lla, lla_t = torch.stack([m for m, _ in drawn]), torch.stack([t for _, t in drawn])
+    return Probe(cyc, rnd, torch.stack([a for a, _ in sec]), sam, torch.stack([b for _, b in sec]), lla, lla_t)
 
 
 def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Tensor | None = None,
@@ -424,7 +559,7 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
     """Run ``masked_nll`` for every pattern of ``probe`` (or only the named ``groups``).
 
     ids: (N, L). Returns {group: nll (N, P_group, L)} plus, with ``stats``,
-    ``cyclic_mu`` and ``cyclic_sigma`` (N, P, L) for Min-K%++, and with the secmi
+    ``llada_mu`` and ``llada_sigma`` (N, K, L) for Min-K%++, and with the secmi
     group ``secmi_brier`` (N, Q, L), the squared error ||p - e_x||^2 per masked token;
     NaN at unmasked positions. Empty (padding) patterns are not run.
     """
@@ -437,7 +572,7 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
         keep = flat.any(1)
         rep_ids = ids.repeat_interleave(p, 0)[keep]
         rep_am = None if attention_mask is None else attention_mask.repeat_interleave(p, 0)[keep]
-        want = stats and name == "cyclic"
+        want = stats and name == "llada"
         brier = name == "secmi"
         res = masked_nll(model, rep_ids, flat[keep], rep_am, batch_size, with_stats=want, with_brier=brier)
         res = res if isinstance(res, tuple) else (res,)
@@ -450,18 +585,10 @@ def model_view(model, ids: torch.Tensor, probe: Probe, attention_mask: torch.Ten
         res = [full(t) for t in res]
         out[name] = res[0]
         if want:
-            out.update(cyclic_mu=res[1], cyclic_sigma=res[2])
+            out.update(llada_mu=res[1], llada_sigma=res[2])
         if brier:
             out["secmi_brier"] = res[-1]
     return out
-
-
-def _per_position(x: torch.Tensor) -> np.ndarray:
-    """(P, L) with NaN where unmasked -> (L,) mean over patterns (NaN where never masked)."""
-    a = x.numpy()
-    cnt = np.isfinite(a).sum(0)
-    tot = np.where(np.isfinite(a), a, 0).sum(0)
-    return np.where(cnt > 0, tot / np.maximum(cnt, 1), np.nan)
 
 
 def deltas_of(target_view: dict, ref_view: dict, group: str = "cyclic") -> list[np.ndarray]:
@@ -475,8 +602,13 @@ def deltas_of(target_view: dict, ref_view: dict, group: str = "cyclic") -> list[
 
 def compute_scores(target_view: dict, ref_view: dict | None, probe: Probe, scores=SCORES, *,
                    h: float = 0.1, k: float = 0.2, sama_subset: int = 8, sama_subsets: int = 128,
-                   seed: int = 0) -> dict[str, np.ndarray]:
-    """All requested scores, one value per sequence: {name: (N,) float64}."""
+                   seed: int = 0, eligible: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+    """All requested scores, one value per sequence: {name: (N,) float64}.
+
+    eligible: (N, L) bool, each sequence's maskable tokens, the L' that LLaDA's loss
+    divides by (None: read from the probe, whose cyclic rounds mask every eligible
+    token once).
+    """
     scores = check_score_names(scores)
     check_h(h)
     needs_ref = {"calibration", "sama", "qskew", *ABLATIONS}
@@ -485,25 +617,34 @@ def compute_scores(target_view: dict, ref_view: dict | None, probe: Probe, score
                          " need a reference model view")
     if "qskew_no_cyclic" in scores and probe.random is None:
         raise ValueError("parameter 'probe': the no-cyclic ablation needs make_probe(with_random=True)")
+    if {s for s in scores if NEEDS[s] == "llada"} and probe.llada is None:
+        raise ValueError("parameter 'mc_steps': the likelihood baselines need make_probe(mc_steps >= 1)")
     n = probe.cyclic.shape[0]
     rng = np.random.default_rng(seed)
     out = {s: np.empty(n) for s in scores}
     d_cyc = deltas_of(target_view, ref_view) if ref_view is not None else None
     d_rnd = deltas_of(target_view, ref_view, "random") if "qskew_no_cyclic" in scores else None
+    loss_of = {}  # LLaDA loss per (view, sequence): computed once, read by loss and calibration
+
+    def llada(view: dict, i: int) -> float:
+        key = (id(view), i)
+        if key not in loss_of:
+            n_elig = int(probe.cyclic[i].any(0).sum()) if eligible is None else int(eligible[i].sum())
+            loss_of[key] = llada_loss(view["llada"][i].numpy(), probe.llada_t[i].numpy(), n_elig)
+        return loss_of[key]
+
     for i in range(n):
-        tc = target_view["cyclic"][i]
-        flat = tc[torch.isfinite(tc)].numpy()
         for s in scores:
             if s == "loss":
-                v = -flat.mean()
+                v = -llada(target_view, i)
             elif s == "min_k":
-                v = min_k(_per_position(tc), k)
+                v = min_k_positions(target_view["llada"][i].numpy(), k)
             elif s == "min_k_pp":
-                # z is formed per (pattern, token) entry from that pattern's own prediction.
-                v = min_k_pp_from_stats(tc.numpy().ravel(), target_view["cyclic_mu"][i].numpy().ravel(),
-                                        target_view["cyclic_sigma"][i].numpy().ravel(), k)
+                v = min_k_pp_positions(target_view["llada"][i].numpy(), target_view["llada_mu"][i].numpy(),
+                                       target_view["llada_sigma"][i].numpy(), k)
             elif s == "calibration":
-                v = d_cyc[i].mean()
+                # Watson et al.: the target's loss calibrated by the reference's on the same passes.
+                v = llada(ref_view, i) - llada(target_view, i)
             elif s == "det_loss":
                 sec = target_view["secmi"][i]
                 v = -float(np.mean([row[torch.isfinite(row)].mean().item() for row in sec]))
@@ -539,7 +680,7 @@ def score_sequences(target, reference, ids: torch.Tensor, eligible: torch.Tensor
                        seed=seed, **probe_kw)
     tv = model_view(target, ids, probe, attention_mask, batch_size)
     rv = model_view(reference, ids, probe, attention_mask, batch_size) if reference is not None else None
-    return compute_scores(tv, rv, probe, scores, h=h, k=k, seed=seed)
+    return compute_scores(tv, rv, probe, scores, h=h, k=k, seed=seed, eligible=eligible)
 
 
 # ----------------------------------------------------------------------------- PII reconstruction ranking
@@ -587,7 +728,7 @@ def candidate_ce(model, seqs: torch.Tensor, *, repeats: int, mask_share: float, 
 def candidate_qskew(target, reference, seqs: torch.Tensor, eligible: torch.Tensor, *, rho: float, rounds: int,
                     h: float, seed: int, batch_size: int = 64) -> np.ndarray:
     """(C,) Q-Skew of each candidate record with cyclic masks over its ``eligible`` (C, L) tokens."""
-    probe = make_probe(eligible, rho=rho, rounds=rounds, sama_steps=1, seed=seed)
+    probe = make_probe(eligible, rho=rho, rounds=rounds, sama_steps=1, mc_steps=0, seed=seed)
     tv = model_view(target, seqs, probe, None, batch_size, groups={"cyclic"})
     rv = model_view(reference, seqs, probe, None, batch_size, groups={"cyclic"})
     return np.array([qskew(d, h) for d in deltas_of(tv, rv)])

@@ -5,7 +5,8 @@ judged at and ``HEADLINE`` the domain setting they judge; each predicate returns
 and computes its noise band from the recorded metrics (``memlab.science.metrics.auc_diff_band``,
 ``memlab.science.metrics.paired_diff_band``, the bootstrap ``delta_band``, the gains' standard errors);
 :func:`claims` declares them. Whether a claim's setting is in the paper's regime (the base reads
-context on the fine-tuning text) is the yaml's ``regimes:`` gate, not a predicate here.
+context on the fine-tuning text; for the best/margin claims also a best baseline no stronger than
+the paper's allows, ``baseline_level``) is the yaml's ``regimes:`` gate, not a predicate here.
 """
 from __future__ import annotations
 
@@ -38,13 +39,23 @@ def _section(m: dict, section: str) -> dict:
     return m["domain"][HEADLINE] if section == "domain" else m[section]
 
 
+def best_of(table: dict) -> tuple[str, float] | None:
+    """Name and AUC (%) of the best score other than Q-Skew in one score table ({label: {"AUC": %, ...}});
+    None when the table holds no other score. The one definition of "the best baseline": the claims and
+    the regime marker (``tables.baseline_level_metrics``) both read it."""
+    rows = {k: v["AUC"] for k, v in table.items() if k != "Q-Skew"}
+    if not rows:
+        return None
+    name = max(rows, key=rows.get)
+    return name, float(rows[name])
+
+
 def best_baseline(m: dict, section: str) -> tuple[str, float]:
     """Name and AUC of the best score other than Q-Skew in ``section`` ("domain": the HEADLINE setting)."""
-    rows = {k: v["AUC"] for k, v in _section(m, section).items() if k != "Q-Skew"}
-    if not rows:
+    best = best_of(_section(m, section))
+    if best is None:
         raise paper.NotJudged(f"{section}: no baseline score was run to compare with")
-    name = max(rows, key=rows.get)
-    return name, rows[name]
+    return best
 
 
 def _beats_all(m: dict, section: str) -> tuple[bool, str]:
@@ -101,15 +112,33 @@ def _gain10(m: dict) -> tuple[bool, str]:
     return mean > GAIN_MIN, f"{what} against the paper's tables' +{GAIN_MIN:.1f}, band \u00b1{band:.1f}"
 
 
+#: "Near zero" for the non-members' skew, fixed from the paper's text before any result was read:
+#: Section 3 contrasts members' right-skewed differences with non-members' "much weaker asymmetry,
+#: often close to 0 in practice" (symmetric). A skew is near zero, in that contrast, when it is
+#: nearer zero than to the members' skew: |non-members| <= members / 2.
+NEAR_ZERO = 0.5
+
+
 def _right_skew(m: dict) -> tuple[bool, str]:
-    """Checks that the members' pooled Q-Skew of Δ is positive and above the non-members' by more than
-    the bootstrap band of the difference (``delta_band``, sequences resampled)."""
+    """Checks Theorem 3.2 and the paper's contrast with non-members, in three parts: the members' pooled
+    Q-Skew of Δ is positive; it is above the non-members' by more than the bootstrap band of the
+    difference (``delta_band``, sequences resampled); and the non-members' is near zero, nearer zero
+    than to the members' (|non-members| <= :data:`NEAR_ZERO` x members) by more than its own bootstrap
+    band (``delta_zero_band``). One part failing outside its band decides "not reproduced"; a part
+    inside its band leaves the claim not judged."""
     d = m["delta_stats"][HEADLINE]
     mq, nq = d["members"]["Q-Skew (pooled)"], d["non-members"]["Q-Skew (pooled)"]
     band = float(m["delta_band"][HEADLINE])
-    what = f"pooled Q-Skew members {mq:.3f}, non-members {nq:.3f}"
-    paper.outside_noise(mq - nq, band, f"{what}; members minus non-members")
-    return mq > 0 and mq > nq, f"{what} (band on the difference \u00b1{band:.3f})"
+    zband = float(m["delta_zero_band"][HEADLINE])
+    near = NEAR_ZERO * mq - abs(nq)
+    ev = (f"pooled Q-Skew members {mq:.3f}, non-members {nq:.3f} (band on the difference \u00b1{band:.3f}); "
+          f"non-members near zero: |{nq:.3f}| against {NEAR_ZERO:g} x members = {NEAR_ZERO * mq:.3f} "
+          f"(band \u00b1{zband:.3f})")
+    if mq <= 0 or mq - nq < -band or near < -zband:
+        return False, ev
+    paper.outside_noise(mq - nq, band, ev + "; members minus non-members")
+    paper.outside_noise(near, zband, ev + "; non-members' distance from zero")
+    return True, ev
 
 
 def _falls_with_ratio(t: dict, column: str) -> tuple[bool, list[tuple[float, float]]]:
@@ -156,26 +185,64 @@ def _per_step(m: dict) -> tuple[bool, str]:
     return ok, "gain per masked step by ratio " + ", ".join(f"{r:g}: {v:.3f}" for r, v in rows)
 
 
-def _mismatched(m: dict) -> tuple[bool, str]:
-    """Checks that on both sides of Table 4 the worst mismatched reference loses at most 6 AUC points
-    against the golden one and stays above SAMA, each comparison outside its AUC band: one clear
-    failure decides "not reproduced"; otherwise one inside its band leaves the claim not judged."""
-    parts, margins = [], []
-    for side in ("base", "instruct"):
-        t = m["table4_base"][HEADLINE] if side == "base" else m["table4_instruct"]
-        golden = t["Golden reference"]["AUC"]
-        worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
-        sama = t["SAMA (w/ Ref)"]["AUC"]
-        margins += [(6 - (golden - worst), auc_diff_band(golden, worst, m)),
-                    (worst - sama, auc_diff_band(worst, sama, m))]
-        parts.append(f"{side}: golden {golden:.1f}, worst mismatched {worst:.1f}, SAMA {sama:.1f}")
-    ev = "; ".join(parts) + " (bands " + ", ".join(f"\u00b1{b:.1f}" for _, b in margins) + ")"
+#: The drop in AUC a mismatched reference may cost, in points: "a few", as paper Table 4's drops
+#: (5.0 and 5.0 on ArXiv, 1.3 and 2.8 on MedQA) all are, fixed when the claim was first written.
+MISMATCH_COST = 6.0
+
+
+def _table4(m: dict, side: str) -> dict:
+    return m["table4_base"][HEADLINE] if side == "base" else m["table4_instruct"]
+
+
+def _decide(margins: list[tuple[float, float]], ev: str, what: str) -> tuple[bool, str]:
+    """One margin below minus its band decides "not reproduced"; otherwise one inside its band leaves
+    the claim not judged; otherwise it holds."""
     if any(d < -b for d, b in margins):
         return False, ev
     inside = [(d, b) for d, b in margins if abs(d) <= b]
     if inside:
-        paper.outside_noise(*inside[0], ev + "; a comparison")
+        paper.outside_noise(*inside[0], ev + f"; {what}")
     return True, ev
+
+
+def _mismatched(m: dict) -> tuple[bool, str]:
+    """Checks the cost of a mismatched reference (Table 4): on both sides the worst mismatched reference
+    loses at most :data:`MISMATCH_COST` AUC points against the golden one, each drop judged against its
+    AUC band. The second half of the paper's sentence, "still above the strongest baseline", is a
+    separate, labelled part of the evidence (:func:`mismatch_standing`) that does not enter this verdict:
+    where Q-Skew is below a baseline with its golden reference, that is the best/margin claims' finding,
+    not a cost of the mismatch."""
+    parts, margins = [], []
+    for side in ("base", "instruct"):
+        t = _table4(m, side)
+        golden = t["Golden reference"]["AUC"]
+        worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
+        band = auc_diff_band(golden, worst, m)
+        margins.append((MISMATCH_COST - (golden - worst), band))
+        parts.append(f"{side}: golden {golden:.1f}, worst mismatched {worst:.1f}, drop {golden - worst:+.1f} "
+                     f"(band \u00b1{band:.1f})")
+    ev = "; ".join(parts) + f"; allowed drop {MISMATCH_COST:g}"
+    return _decide(margins, ev + mismatch_standing(m), "a drop")
+
+
+def mismatch_standing(m: dict) -> str:
+    """The labelled second part of the Table 4 claim, outside its verdict: with the worst mismatched
+    reference, is Q-Skew still above the strongest baseline of its setting (:func:`best_baseline`:
+    domain-gap fine-tuning on the base side, instruction fine-tuning on the instruct side)? Each side
+    says above, below, or inside the AUC band of the difference. "" when no baseline was run."""
+    parts = []
+    for side, section in (("base", "domain"), ("instruct", "instruction")):
+        t = _table4(m, side)
+        worst = min(t["Other-variant reference"]["AUC"], t["Para-modification reference"]["AUC"])
+        try:
+            name, auc = best_baseline(m, section)
+        except (paper.NotJudged, KeyError):
+            return ""
+        band = auc_diff_band(worst, auc, m)
+        where = "inside the band" if abs(worst - auc) <= band else ("above" if worst > auc else "below")
+        parts.append(f"{side} {worst:.1f} vs {name} {auc:.1f} (band \u00b1{band:.1f}): {where}")
+    return (" [separate part, not in this verdict: still above the strongest baseline? "
+            + "; ".join(parts) + "]")
 
 
 def _ablation_control(m: dict) -> str:
@@ -249,7 +316,8 @@ def _pii_skew_alone(m: dict) -> tuple[bool, str]:
 # Every metric key the chapter records (run.record); a claim reading another key is a typo
 # and fails loudly (memlab.report.paper.evaluate), one reading a key this run lacks is 'not run'.
 METRIC_KEYS: tuple[str, ...] = (
-    'setup', 'regime', 'domain', 'delta_stats', 'delta_band', 'instruction', 'epochs_sweep_auc', 'table4_base',
+    'setup', 'regime', 'domain', 'delta_stats', 'delta_band', 'delta_zero_band', 'instruction', 'baseline_level',
+    'epochs_sweep_auc', 'table4_base',
     'table4_instruct', 'ablation', 'asymmetry', 'pii',
 )
 
@@ -266,15 +334,15 @@ def claims():
         Claim("gain10", f"Q-Skew beats the best baseline on average by more than the paper's tables do "
               f"({GAIN_MIN:.1f} AUC points over paper Tables 1-3; its text says more than 10)", "Section 4; Tables 1-3",
               _gain10, profiles=MEASURED),
-        Claim("member_skew", "Members' per-token differences are right-skewed, more than non-members'",
-              "Section 3 (Theorem 3.2)", _right_skew, profiles=MEASURED),
+        Claim("member_skew", "Members' per-token differences are right-skewed, more than non-members', "
+              "whose skew is near zero", "Section 3 (Theorem 3.2)", _right_skew, profiles=MEASURED),
         Claim("asymmetry", "After fine-tuning at a lower mask ratio, tokens have gained more (0.25 > 0.5 > 0.75)",
               "Figure 1", _asymmetry, profiles=MEASURED),
         Claim("per_step", "A masked token gains more per training step at a lower mask ratio (here the total gain "
               "over ratio x epochs, which falls for any total gain growing more slowly than the ratio)",
               "Assumption 3.1", _per_step, profiles=MEASURED, sanity=True),
-        Claim("mismatch", "With a mismatched reference Q-Skew loses at most a few AUC points and stays above SAMA",
-              "Table 4", _mismatched, profiles=MEASURED),
+        Claim("mismatch", f"With a mismatched reference Q-Skew loses at most a few AUC points "
+              f"(at most {MISMATCH_COST:g})", "Table 4", _mismatched, profiles=MEASURED),
         Claim("ablation", "Each component (cyclic sampling, skewness, quantile weighting) adds AUC", "Table 5",
               _ablation, profiles=MEASURED),
         Claim("pii_combine", "Combining CE with skewness (alpha = 0.1) recovers more PII than CE alone", "Table 6",

@@ -198,7 +198,7 @@ def finetune(setup: Setup, start: torch.nn.Module, stage: str, ids, eligible=Non
 def _probe(cfg, eligible: torch.Tensor, seed: int, with_random: bool = False) -> mia.Probe:
     return mia.make_probe(eligible, rho=cfg.rho, rounds=cfg.rounds, secmi_ratios=tuple(cfg.secmi_ratios),
                           secmi_step=cfg.secmi_step, sama_steps=cfg.sama_steps, with_random=with_random,
-                          seed=seed)
+                          mc_steps=cfg.mc_steps, seed=seed)
 
 
 def _view(cfg, model, ids, probe, attention, scores):
@@ -275,12 +275,13 @@ def domain_experiment(setup: Setup, domain: str = "same") -> DomainRuns:
                             seed=seed)[cfg.epochs]
         ids = torch.cat([data[mem], data[non]])
         labels = np.r_[np.ones(len(mem)), np.zeros(len(non))]
-        probe = _probe(cfg, torch.ones_like(ids, dtype=torch.bool), seed, with_random=ablate)
+        elig = torch.ones_like(ids, dtype=torch.bool)
+        probe = _probe(cfg, elig, seed, with_random=ablate)
         all_scores = scores + (list(mia.ABLATIONS) if ablate else [])
         ref_view = _view(cfg, setup.base, ids, probe, None, all_scores)
         target = snaps[cfg.epochs]
         tv = _view(cfg, target, ids, probe, None, all_scores)
-        sc = mia.compute_scores(tv, ref_view, probe, all_scores, h=cfg.h, k=cfg.k, seed=seed)
+        sc = mia.compute_scores(tv, ref_view, probe, all_scores, h=cfg.h, k=cfg.k, seed=seed, eligible=elig)
         res.main.append(_metrics({s: sc[s] for s in scores}, labels, cfg.tpr_min_fp))
         if ablate:
             res.ablation.append(_metrics({s: sc[s] for s in ("qskew", *mia.ABLATIONS)}, labels,
@@ -292,7 +293,7 @@ def domain_experiment(setup: Setup, domain: str = "same") -> DomainRuns:
         for e in cfg.epochs_sweep:
             v = tv if e == cfg.epochs else _view(cfg, snaps[e], ids, probe, None, scores)
             res.sweep[e].append(_metrics(mia.compute_scores(v, ref_view, probe, scores, h=cfg.h, k=cfg.k,
-                                                               seed=seed), labels, cfg.tpr_min_fp))
+                                                               seed=seed, eligible=elig), labels, cfg.tpr_min_fp))
         if r == 0:
             res.examples = {"deltas": mia.deltas_of(tv, ref_view), "labels": labels,
                                "qskew": sc.get("qskew"), "calibration": sc.get("calibration")}
@@ -324,7 +325,7 @@ def instruction_experiment(setup: Setup) -> InstructionRuns:
         probe = _probe(cfg, elig, seed)
         tv = _view(cfg, target, ids, probe, attn, scores)
         rv = _view(cfg, setup.instruct, ids, probe, attn, scores)
-        sc = mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed)
+        sc = mia.compute_scores(tv, rv, probe, scores, h=cfg.h, k=cfg.k, seed=seed, eligible=elig)
         res.main.append(_metrics(sc, labels, cfg.tpr_min_fp))
         if "qskew" in scores:
             for runs, ref in ((res.ref_base, setup.base), (res.ref_para, para_ref)):
@@ -335,31 +336,46 @@ def instruction_experiment(setup: Setup) -> InstructionRuns:
 
 
 def asymmetry_experiment(setup: Setup) -> dict:
-    """Figure 1: fine-tune at fixed mask ratios and measure per-token gains on members.
+    """Figure 1: fine-tune at fixed mask ratios and measure per-token gains on members, ``runs`` seeds.
 
-    Gain of a member token = NLL_base - NLL_finetuned under one cyclic round of
-    masks at ``rho`` (the same masks for every model); "gain per masked step"
-    divides the mean by the expected number of epochs in which the token was
-    masked (ratio * epochs). Returns
-    {ratio: (n_tokens,) gains} and summary rows.
+    Run r draws its own members (``n_members`` WikiText-2 valid blocks) and fine-tunes
+    the base on them at every ratio with seed ``seed + r``. Gain of a member token =
+    NLL_base - NLL_finetuned (nats) under one cyclic round of masks at ``rho`` (the same
+    masks for every model of the run). Deviation from the paper: it plots the
+    difference of the true token's confidence logit after training; we take the
+    difference of its log-probability, the logit normalised by the log-partition,
+    because raw logits are defined only up to a shift per position and are not
+    comparable between two models. "Gain per masked step" divides the mean by the
+    expected number of epochs in which the token was masked (ratio * epochs).
+
+    Returns ``{"gains": {ratio: (tokens,) gains pooled over runs}, "sequence_gains":
+    {ratio: (runs * n_members,) each member's mean gain, sequences in the same order at
+    every ratio}, "table": summary rows}``: the tokens of one sequence share its
+    fine-tuning, so the bands resample sequences (:func:`tables.asymmetry_metrics`).
     """
     cfg = setup.cfg
-    mem, = _split(setup.dft.shape[0], (cfg.n_members,), 3000 + cfg.seed)
-    ids = setup.dft[mem]
-    masks = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=cfg.rho, rounds=1, sama_steps=1,
-                           seed=cfg.seed).cyclic
-    n, p, l = masks.shape
-    flat_ids, flat_masks = ids.repeat_interleave(p, 0), masks.reshape(n * p, l)
-    base = dlm.masked_nll(setup.base, flat_ids, flat_masks, batch_size=cfg.eval_batch)
-    gains, rows = {}, []
-    for ratio in cfg.fixed_ratios:
-        m = finetune(setup, setup.base, f"fixed-{ratio}", ids, epochs=cfg.fixed_ratio_epochs, seed=cfg.seed,
-                     mask_ratio=ratio)[cfg.fixed_ratio_epochs]
-        g = (base - dlm.masked_nll(m, flat_ids, flat_masks, batch_size=cfg.eval_batch)).numpy()
-        g = g[np.isfinite(g)]
-        gains[ratio] = g
-        rows.append({"mask ratio": ratio, **metrics.gain_summary(g, ratio, cfg.fixed_ratio_epochs)})
-    return {"gains": gains, "table": pd.DataFrame(rows).set_index("mask ratio")}
+    tokens: dict[float, list] = {r: [] for r in cfg.fixed_ratios}
+    per_seq: dict[float, list] = {r: [] for r in cfg.fixed_ratios}
+    for run in progress(range(cfg.runs), desc="fixed-ratio runs"):
+        seed = cfg.seed + run
+        mem, = _split(setup.dft.shape[0], (cfg.n_members,), 3000 + seed)
+        ids = setup.dft[mem]
+        masks = mia.make_probe(torch.ones_like(ids, dtype=torch.bool), rho=cfg.rho, rounds=1, sama_steps=1,
+                               mc_steps=0, seed=seed).cyclic
+        n, p, l = masks.shape
+        flat_ids, flat_masks = ids.repeat_interleave(p, 0), masks.reshape(n * p, l)
+        base = dlm.masked_nll(setup.base, flat_ids, flat_masks, batch_size=cfg.eval_batch)
+        for ratio in cfg.fixed_ratios:
+            m = finetune(setup, setup.base, f"fixed-{ratio}", ids, epochs=cfg.fixed_ratio_epochs, seed=seed,
+                         mask_ratio=ratio)[cfg.fixed_ratio_epochs]
+            g = (base - dlm.masked_nll(m, flat_ids, flat_masks, batch_size=cfg.eval_batch)).numpy()
+            by_seq = g.reshape(n, p * l)
+            per_seq[ratio].append(np.nanmean(by_seq, axis=1))
+            tokens[ratio].append(g[np.isfinite(g)])
+    gains = {r: np.concatenate(v) for r, v in tokens.items()}
+    rows = [{"mask ratio": r, **metrics.gain_summary(gains[r], r, cfg.fixed_ratio_epochs)} for r in cfg.fixed_ratios]
+    return {"gains": gains, "sequence_gains": {r: np.concatenate(v) for r, v in per_seq.items()},
+            "runs": cfg.runs, "table": pd.DataFrame(rows).set_index("mask ratio")}
 
 
 def pii_experiment(setup: Setup) -> dict:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from memlab.report import paper
 from memlab.science import metrics, mia
 
-from .spec import FPRS, METRICS
+from .claims import GAIN_CELLS, best_of
+from .spec import CHAPTER, FPRS, METRICS
 from .stages import DomainRuns, InstructionRuns, Setup, model_paths
 
 
@@ -65,6 +67,80 @@ def regime_table(setup: Setup) -> pd.DataFrame:
                       f"masked NLL at rho={cfg.rho:g}": "not reported", "unigram NLL": "–",
                       "gain over unigram": "–"}
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# ----------------------------------------------------------------------------- how hard the task is
+# The regime's second marker: the best baseline's AUC says how hard a membership task is. The paper's
+# best baselines reach about 70 under domain and at most 69 under instruction fine-tuning (Tables 1-3);
+# the best/margin claims are gated on ours being no stronger than that by more than the paper's own
+# margin (data/papers/04_qskew.yaml, regimes ``*_task_as_hard``).
+
+#: The paper's settings of :data:`claims.GAIN_CELLS`, in its order: (source, model and data, fine-tuning).
+PAPER_SETTINGS = (("Table 1", "LLaDA-8B-Base, ArXiv", "domain"), ("Table 1", "LLaDA-8B-Base, WikiText", "domain"),
+                  ("Table 1", "LLaDA-8B-Base, XSUM", "domain"), ("Table 2", "LLaDA-8B-Instruct, MedQA", "instruction"),
+                  ("Table 2", "LLaDA-8B-Instruct, Alpaca", "instruction"),
+                  ("Table 2", "LLaDA-8B-Instruct, Tulu-3", "instruction"),
+                  ("Table 3", "Dream-Base-7B, XSUM", "domain"), ("Table 3", "Dream-Instruct-7B, Tulu-3", "instruction"))
+
+# our setting -> (its name in the table, the kind of fine-tuning it stands for)
+OUR_SETTINGS = {"gap": ("domain gap: stdlib docstrings", "domain"),
+                "same": ("same domain: WikiText-2 valid (control)", "domain"),
+                "instruction": ("instruction pairs: WikiText-2 valid", "instruction")}
+
+
+def paper_baseline_levels() -> pd.DataFrame:
+    """The paper's best baseline per setting (:data:`claims.GAIN_CELLS`): rows ``"<model, data> (paper
+    <Table n>)"``, columns fine-tuning ("domain" | "instruction"), best baseline, its AUC and Q-Skew's (%)."""
+    rows = {}
+    for (key, q, b), (source, what, kind) in zip(GAIN_CELLS, PAPER_SETTINGS):
+        t = paper.table(CHAPTER, key)
+        rows[f"{what} (paper {source})"] = {"fine-tuning": kind, "best baseline": b.split(" (")[0],
+                                            "best baseline AUC": float(t.loc[b, "AUC"]),
+                                            "Q-Skew AUC": float(t.loc[q, "AUC"])}
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def baseline_level_metrics(ours_dft: dict[str, pd.DataFrame], ours_ift: pd.DataFrame) -> dict:
+    """``baseline_level``: the best baseline (:func:`claims.best_of`) per setting of ours, {"gap" | "same" |
+    "instruction": {"best baseline": label, "AUC": %}}; a setting with no baseline run is left out."""
+    tables = {**ours_dft, "instruction": ours_ift}
+    out = {}
+    for setting, t in tables.items():
+        best = best_of(t.to_dict(orient="index"))
+        if best is not None:
+            out[setting] = {"best baseline": best[0], "AUC": best[1]}
+    return {"baseline_level": out}
+
+
+def level_bound(setting: str) -> float | None:
+    """The gate's upper bound (AUC %) on our best baseline in ``setting``, read from the yaml's regimes
+    (``baseline_level/<setting>/AUC``); None where no gate reads it (the same-domain control)."""
+    bounds = {float(q["at_most"]) for r in paper.regimes(CHAPTER).values() for q in r["requires"]
+              if q["metric"] == f"baseline_level/{setting}/AUC"}
+    if len(bounds) > 1:
+        raise ValueError(f"regimes of {CHAPTER}: baseline_level/{setting}/AUC has bounds {sorted(bounds)}; one rule")
+    return bounds.pop() if bounds else None
+
+
+def baseline_level_table(m: dict) -> pd.DataFrame:
+    """The regime table's second part: how hard the membership task is, ours beside the paper's.
+
+    m: run.metrics with ``baseline_level`` and the score tables (``domain``, ``instruction``). Rows: our
+    settings, then the paper's (:func:`paper_baseline_levels`); columns fine-tuning, best baseline, its AUC,
+    Q-Skew's AUC (%) and the gate's bound on the best baseline's AUC (``at most``, %; "–" where none).
+    """
+    rows = {}
+    for setting, level in m.get("baseline_level", {}).items():
+        name, kind = OUR_SETTINGS[setting]
+        t = m["domain"][setting] if setting in m.get("domain", {}) else m["instruction"]
+        bound = level_bound(setting)
+        rows[f"ours, {name}"] = {"fine-tuning": kind, "best baseline": level["best baseline"],
+                                 "best baseline AUC": level["AUC"],
+                                 "Q-Skew AUC": t["Q-Skew"]["AUC"] if "Q-Skew" in t else float("nan"),
+                                 "gate: best baseline AUC at most": "–" if bound is None else bound}
+    ours = pd.DataFrame.from_dict(rows, orient="index")
+    theirs = paper_baseline_levels().assign(**{"gate: best baseline AUC at most": "–"})
+    return pd.concat([ours, theirs]) if rows else theirs
 
 
 # ----------------------------------------------------------------------------- paper tables
@@ -145,13 +221,11 @@ def delta_table(examples: dict) -> pd.DataFrame:
                          for name, v in (("members", pooled[1]), ("non-members", pooled[0]))}).T
 
 
-def skew_gap_band(examples: dict, n_boot: int = 200, seed: int = 0, z_level: float = 0.95) -> float:
-    """Half-width of the bootstrap interval of members' minus non-members' pooled Q-Skew of Delta.
+def _skew_boot(examples: dict, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, 2) bootstrap replicates of (members', non-members') pooled Q-Skew of Delta.
 
-    examples: run 0's ``{"deltas": [(n_i,) arrays, nats], "labels": (N,) 0/1}``. Sequences are
-    resampled with replacement within each label (the tokens of one sequence share its
-    fine-tuning, so a sequence is the unit of resampling) and the pooled Q-Skew recomputed;
-    the band is half the width of the central ``z_level`` interval of the difference.
+    Sequences are resampled with replacement within each label: the tokens of one
+    sequence share its fine-tuning, so a sequence is the unit of resampling.
     """
     if n_boot < 10:
         raise ValueError(f"skew_gap_band: n_boot must be >= 10 (got {n_boot})")
@@ -160,12 +234,35 @@ def skew_gap_band(examples: dict, n_boot: int = 200, seed: int = 0, z_level: flo
     if not all(groups):
         raise ValueError("skew_gap_band: examples need members and non-members (labels 1 and 0)")
     rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(n_boot):
-        q = [mia.qskew(np.concatenate([g[i] for i in rng.integers(0, len(g), len(g))])) for g in groups]
-        diffs.append(q[0] - q[1])
-    lo, hi = np.quantile(diffs, [(1 - z_level) / 2, (1 + z_level) / 2])
+    return np.array([[mia.qskew(np.concatenate([g[i] for i in rng.integers(0, len(g), len(g))])) for g in groups]
+                     for _ in range(n_boot)])
+
+
+def _half_width(x: np.ndarray, z_level: float) -> float:
+    lo, hi = np.quantile(x, [(1 - z_level) / 2, (1 + z_level) / 2])
     return float((hi - lo) / 2)
+
+
+def skew_gap_band(examples: dict, n_boot: int = 200, seed: int = 0, z_level: float = 0.95) -> float:
+    """Half-width of the bootstrap interval of members' minus non-members' pooled Q-Skew of Delta.
+
+    examples: run 0's ``{"deltas": [(n_i,) arrays, nats], "labels": (N,) 0/1}``. Sequences are
+    resampled with replacement within each label (:func:`_skew_boot`) and the pooled Q-Skew
+    recomputed; the band is half the width of the central ``z_level`` interval of the difference.
+    """
+    b = _skew_boot(examples, n_boot, seed)
+    return _half_width(b[:, 0] - b[:, 1], z_level)
+
+
+def skew_zero_band(examples: dict, n_boot: int = 200, seed: int = 0, z_level: float = 0.95) -> float:
+    """Half-width of the bootstrap interval of (members' pooled Q-Skew) / 2 - |non-members'|.
+
+    The margin by which the non-members' skew is nearer zero than the members' skew
+    (``claims.NEAR_ZERO``); same resampling of sequences and the same replicates as
+    :func:`skew_gap_band` for the same ``seed``.
+    """
+    b = _skew_boot(examples, n_boot, seed)
+    return _half_width(b[:, 0] / 2 - np.abs(b[:, 1]), z_level)
 
 
 # ----------------------------------------------------------------------------- recorded metric groups
@@ -176,11 +273,16 @@ def domain_metrics(ours: dict[str, pd.DataFrame]) -> dict:
     return {"domain": {d: t.to_dict(orient="index") for d, t in ours.items()}}
 
 
-def delta_metrics(delta_rows: dict[str, pd.DataFrame], bands: dict[str, float]) -> dict:
+def delta_metrics(delta_rows: dict[str, pd.DataFrame], bands: dict[str, float],
+                  zero_bands: dict[str, float] | None = None) -> dict:
     """``delta_stats``: :func:`delta_table` per domain setting; ``delta_band``: its
-    :func:`skew_gap_band` per setting (the noise band of members' minus non-members' pooled Q-Skew)."""
-    return {"delta_stats": {d: t.to_dict(orient="index") for d, t in delta_rows.items()},
-            "delta_band": {d: float(bands[d]) for d in delta_rows}}
+    :func:`skew_gap_band` per setting (the noise band of members' minus non-members' pooled Q-Skew);
+    ``delta_zero_band``: its :func:`skew_zero_band` per setting, when given."""
+    out = {"delta_stats": {d: t.to_dict(orient="index") for d, t in delta_rows.items()},
+           "delta_band": {d: float(bands[d]) for d in delta_rows}}
+    if zero_bands is not None:
+        out["delta_zero_band"] = {d: float(zero_bands[d]) for d in delta_rows}
+    return out
 
 
 def instruction_metrics(ours: pd.DataFrame) -> dict:
@@ -207,20 +309,46 @@ def ablation_metrics(ours: dict[str, pd.DataFrame]) -> dict:
     return {"ablation": {d: t.to_dict(orient="index") for d, t in ours.items()}} if ours else {}
 
 
+def sequence_bootstrap_se(seq_means: np.ndarray, runs: int = 1, n_boot: int = 1000, seed: int = 0) -> float:
+    """Standard error (nats) of the mean gain by a bootstrap over sequences.
+
+    seq_means: (runs * n,) each member sequence's mean gain, run by run in blocks of n
+    (equal token counts per sequence, so their mean is the mean over tokens). Each
+    replicate resamples the sequences of every run with replacement (the runs are fixed
+    strata: each has its own fine-tuning) and takes the mean; the SE is the replicates'
+    standard deviation. Tokens of one sequence share its fine-tuning and are not resampled
+    one by one.
+    """
+    x = np.asarray(seq_means, dtype=float)
+    if runs < 1 or x.size % runs or x.size // runs < 2:
+        raise ValueError(f"sequence_bootstrap_se: needs runs >= 1 blocks of >= 2 sequences each "
+                         f"(got {x.size} sequences, runs={runs})")
+    blocks = x.reshape(runs, -1)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, blocks.shape[1], (n_boot, runs, blocks.shape[1]))
+    reps = np.take_along_axis(np.broadcast_to(blocks, (n_boot, *blocks.shape)), idx, axis=2).mean(axis=(1, 2))
+    return float(reps.std(ddof=1))
+
+
 def asymmetry_metrics(asym: dict) -> dict:
     """``asymmetry``: Figure 1's summary rows, {mask ratio: {column: value}} (gains in nats), each with
-    ``mean gain SE`` (nats): the standard error of the mean gain over its tokens, taken as independent
-    (tokens of one sequence co-vary, so it is a lower bound on the noise)."""
+    ``mean gain SE`` (nats): the standard error of the mean gain by a bootstrap over member sequences
+    (:func:`sequence_bootstrap_se`), and ``runs``, the fine-tuning seeds pooled."""
     rows = asym["table"].to_dict(orient="index")
-    for ratio, g in asym["gains"].items():
-        rows[ratio]["mean gain SE"] = float(np.std(g, ddof=1) / np.sqrt(len(g)))
+    runs = int(asym.get("runs", 1))
+    for ratio, g in asym["sequence_gains"].items():
+        rows[ratio]["mean gain SE"] = sequence_bootstrap_se(g, runs)
+        rows[ratio]["runs"] = runs
     return {"asymmetry": rows}
 
 
 def pii_metrics(pii: dict, cfg) -> dict:
     """``pii``: Table 6's hits and oracle counts, each ranking's per-target top-1 successes, the targets
-    per kind, the CE mask share, the PII fine-tuning epochs and the memorisation NLLs (nats/token)."""
+    per kind, CE's top-1 rate over both kinds (``ce_rate``, %: the regime gate reads it), the CE mask
+    share, the PII fine-tuning epochs and the memorisation NLLs (nats/token)."""
+    ce = pii["hits"]["CE"]
     return {"pii": {"hits": pii["hits"], "top1": pii["top1"], "oracle": pii["oracle"], "targets_per_kind": pii["n"],
+                    "ce_rate": 100.0 * (ce["phone"] + ce["email"]) / (2 * pii["n"]),
                     "ce_mask_share": cfg.pii_ce_share, "epochs": cfg.pii_epochs,
                     "memorisation": pii["memorisation"].to_dict(orient="index")}}
 
