@@ -41,6 +41,8 @@ CANDIDATES = {
     "gn-slow": ({"norm": "gn"}, {"lr": 0.4, "norm_lr_mult": 4.0}, None),
     "gn-mid": ({"norm": "gn"}, {"lr": 0.8, "norm_lr_mult": 8.0}, None),
     "gn-b256": ({"norm": "gn"}, {"batch_size": 256, "lr": 0.1, "norm_lr_mult": 4.0, "decay": 0.0005}, None),
+    "gn-b256-clip": ({"norm": "gn"}, {"batch_size": 256, "lr": 0.1, "norm_lr_mult": 4.0, "decay": 0.0005,
+                                      "clip": 2.0}, None),
     "gn-scales": ({"norm": "gn", "train_scales": True}, {"lr": 0.4, "norm_lr_mult": 4.0}, None),
 }
 TRAIN_EVAL = 10_000  # training images the no-augmentation accuracy is measured on

@@ -264,6 +264,23 @@ def test_train_supervised_gives_groupnorm_its_own_norm_rate():
     assert recipe_for(fc.FastCNN(widths=TINY, norm="bn"), 3, 64, 1.0).norm_lr_mult == Recipe().norm_lr_mult
     gn = recipe_for(fc.FastCNN(widths=TINY, norm="gn"), 3, 64, 1.0)
     assert gn.norm_lr_mult == NORM_RECIPE["gn"]["norm_lr_mult"] < Recipe().norm_lr_mult and gn.epochs == 3
+    assert gn.clip == NORM_RECIPE["gn"]["clip"] > 0 == recipe_for("bn", 3, 64, 1.0).clip
+
+
+def test_a_clipped_step_moves_the_weights_by_at_most_the_clipped_gradient():
+    """One SGD step (no decay) with the gradient's norm clipped to 1e-4 moves the conv weights by
+    (1 + momentum) x lr x at most 1e-4 (Nesterov's first step), far less than the unclipped step."""
+    x, y = _toy(32)
+    moved = {}
+    for clip in (0.0, 1e-4):
+        torch.manual_seed(0)
+        net = fc.FastCNN(widths=TINY)
+        start = net.group2.conv2.weight.detach().clone()
+        recipe = Recipe(epochs=1, batch_size=32, lr=0.5, decay=0.0, warmup=0.0, start=1.0, clip=clip)
+        train_fast(net, x, y, recipe, seed=0, bf16=False)
+        moved[clip] = float((net.group2.conv2.weight.detach() - start).norm())
+    bound = (1 + Recipe().momentum) * 0.5 * 1e-4
+    assert 0 < moved[1e-4] <= bound * 1.001 < moved[0.0] / 10
 
 
 def test_train_supervised_counts_epochs_from_one_for_either_kind_of_net():

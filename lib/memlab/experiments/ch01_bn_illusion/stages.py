@@ -21,7 +21,7 @@ from memlab.core import cache
 from memlab.science import bn, probes
 from memlab.core.config import device, seed_everything
 from memlab.data import vision
-from memlab.models.recipe import cifar_classifier, train_supervised
+from memlab.models.recipe import NORM_RECIPE, cifar_classifier, train_supervised
 from memlab.models.vit import vit_small
 from memlab.core.progress import progress
 from memlab.models.train import accuracy, predict_logits, train_classifier
@@ -108,8 +108,11 @@ def epochs_for(cfg, norm: str) -> int:
 
 
 def _data_key(cfg, seed: int, norm: str) -> dict:
-    return dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, arch=cfg.arch,
-                width=cfg.width, norm=norm, **schedule_for(cfg, norm), seed=seed)
+    key = dict(dataset=cfg.dataset, train_per_class=cfg.train_per_class, data_seed=cfg.seed, arch=cfg.arch,
+               width=cfg.width, norm=norm, **schedule_for(cfg, norm), seed=seed)
+    if cfg.arch == "fastcnn" and NORM_RECIPE.get(norm):  # a change to the norm's recipe is another model
+        key["recipe"] = NORM_RECIPE[norm]
+    return key
 
 
 def build(cfg, norm: str = "bn") -> nn.Module:
