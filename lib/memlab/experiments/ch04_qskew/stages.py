@@ -1,14 +1,13 @@
 """Chapter 4 (Q-Skew) stages: the glue from data and cache to the science calls.
 
-The notebook calls, in order: :func:`prepare` (tokenizer, base model pre-trained here at
-``smoke``/``cpu`` or LLaDA/Dream at ``paper``, its "instruct" variant, the tokenised WikiText-2
-and standard-library docstring blocks, and the regime: the base's masked NLL against a unigram
-model's, :func:`regime`), :func:`domain_experiment` (Tables 1, 4 base side, 5 and Figure 2, in the
-"same" or the "gap" domain setting), :func:`instruction_experiment` (Tables 2 and 4 instruct side),
-:func:`asymmetry_experiment` (Figure 1) and :func:`pii_experiment` (Table 6).
-
-Every model is cached (``memlab.core.cache``) under the hash of what produced it. Each stage returns
-plain data (tensors, per-run metric dicts, DataFrames); the tables are built in ``tables.py``.
+The notebook calls, in order: :func:`prepare` (tokenizer, base model pre-trained here at ``smoke``/``cpu`` or
+LLaDA/Dream at ``paper``, its "instruct" variant, the tokenised WikiText-2 and standard-library docstring blocks,
+and the regime: the base's masked NLL against a unigram model's, :func:`regime`), :func:`domain_experiment`
+(Tables 1, 4 base side, 5 and Figure 2, in the "same" or the "gap" domain setting),
+:func:`instruction_experiment` (Tables 2 and 4 instruct side), :func:`asymmetry_experiment` (Figure 1) and
+:func:`pii_experiment` (Table 6). Every model is cached (``memlab.core.cache``) under the hash of what
+produced it. Each stage returns plain data (tensors, per-run metric dicts, DataFrames); the tables are built
+in ``tables.py``.
 """
 from __future__ import annotations
 
@@ -35,9 +34,8 @@ def _codec(cfg, texts: list[str]) -> Codec:
     """The backbone's codec: a BPE trained on ``texts`` (tiny) or the checkpoint's tokenizer."""
     if cfg.backbone == "tiny":
         return dlm.bpe_codec(texts, cfg.vocab_size, name="qskew")
-    fam = dlm.FAMILIES[cfg.backbone]
-    return dlm.hf_codec(model_paths(cfg)[0], fam["mask_id"] if cfg.mask_id < 0 else cfg.mask_id,
-                        cfg.trust_remote_code)
+    mask_id = dlm.FAMILIES[cfg.backbone]["mask_id"] if cfg.mask_id < 0 else cfg.mask_id
+    return dlm.hf_codec(model_paths(cfg)[0], mask_id, cfg.trust_remote_code)
 
 
 def _digest(*tensors: torch.Tensor) -> str:
@@ -72,8 +70,7 @@ class Setup:
 
 def _arch(cfg, codec: Codec) -> dict:
     return {"vocab_size": codec.vocab_size, "mask_id": codec.mask_id, "n_layer": cfg.n_layer,
-            "n_embd": cfg.n_embd, "n_head": cfg.n_head,
-            "block_size": max(cfg.block_len, cfg.ift_len, cfg.pii_len)}
+            "n_embd": cfg.n_embd, "n_head": cfg.n_head, "block_size": max(cfg.block_len, cfg.ift_len, cfg.pii_len)}
 
 
 def model_paths(cfg) -> tuple[str, str]:
@@ -215,11 +212,7 @@ def _split(n_total: int, sizes, seed: int) -> list[torch.Tensor]:
     perm = torch.randperm(n_total, generator=torch.Generator().manual_seed(seed))
     if sum(sizes) > n_total:
         raise ConfigError(f"parameter 'n_members': needs {sum(sizes)} sequences, the data has {n_total}")
-    out, at = [], 0
-    for s in sizes:
-        out.append(perm[at:at + s])
-        at += s
-    return out
+    return list(torch.split(perm[:sum(sizes)], list(sizes)))
 
 
 # ----------------------------------------------------------------------------- experiments
@@ -303,8 +296,7 @@ def domain_experiment(setup: Setup, domain: str = "same") -> DomainRuns:
 def instruction_experiment(setup: Setup) -> InstructionRuns:
     """Instruction fine-tuning of the instruct variant on prompt/response pairs (the runs behind Tables 2, 4).
 
-    Prompt tokens are never masked, in training or in scoring; scores use the
-    response tokens only.
+    Prompt tokens are never masked, in training or in scoring; scores use the response tokens only.
     """
     cfg = setup.cfg
     scores = list(cfg.scores)
@@ -338,20 +330,19 @@ def instruction_experiment(setup: Setup) -> InstructionRuns:
 def asymmetry_experiment(setup: Setup) -> dict:
     """Figure 1: fine-tune at fixed mask ratios and measure per-token gains on members, ``runs`` seeds.
 
-    Run r draws its own members (``n_members`` WikiText-2 valid blocks) and fine-tunes
-    the base on them at every ratio with seed ``seed + r``. Gain of a member token =
-    NLL_base - NLL_finetuned (nats) under one cyclic round of masks at ``rho`` (the same
-    masks for every model of the run). Deviation from the paper: it plots the
-    difference of the true token's confidence logit after training; we take the
-    difference of its log-probability, the logit normalised by the log-partition,
-    because raw logits are defined only up to a shift per position and are not
-    comparable between two models. "Gain per masked step" divides the mean by the
-    expected number of epochs in which the token was masked (ratio * epochs).
+    Run r draws its own members (``n_members`` WikiText-2 valid blocks) and fine-tunes the base on them
+    at every ratio with seed ``seed + r``. Gain of a member token = NLL_base - NLL_finetuned (nats) under
+    one cyclic round of masks at ``rho`` (the same masks for every model of the run). Deviation from the
+    paper: it plots the difference of the true token's confidence logit after training; we take the
+    difference of its log-probability, the logit normalised by the log-partition, because raw logits
+    are defined only up to a shift per position and are not comparable between two models. "Gain per
+    masked step" divides the mean by the expected number of epochs in which the token was masked
+    (ratio * epochs).
 
-    Returns ``{"gains": {ratio: (tokens,) gains pooled over runs}, "sequence_gains":
-    {ratio: (runs * n_members,) each member's mean gain, sequences in the same order at
-    every ratio}, "table": summary rows}``: the tokens of one sequence share its
-    fine-tuning, so the bands resample sequences (:func:`tables.asymmetry_metrics`).
+    Returns ``{"gains": {ratio: (tokens,) gains pooled over runs}, "sequence_gains": {ratio:
+    (runs * n_members,) each member's mean gain, sequences in the same order at every ratio}, "table":
+    summary rows}``: the tokens of one sequence share its fine-tuning, so the bands resample sequences
+    (:func:`tables.asymmetry_metrics`).
     """
     cfg = setup.cfg
     tokens: dict[float, list] = {r: [] for r in cfg.fixed_ratios}
@@ -389,8 +380,7 @@ def pii_experiment(setup: Setup) -> dict:
     the claims need which targets each got), the targets per kind ``n``, example rows and the
     memorisation DataFrame.
     """
-    cfg = setup.cfg
-    codec = setup.codec
+    cfg, codec = setup.cfg, setup.codec
     records = pii_data.make_pii_records(cfg.pii_targets, seed=cfg.seed)
     enc = pii_data.encode_records(dlm.RecordTokenizer(codec), records, cfg.pii_len, codec.eos_id)
     if int((enc.prefix_len + cfg.pii_slots).max()) > cfg.pii_len:
