@@ -9,9 +9,21 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# torch and torchvision first and alone, so pip resolves them from the pinned wheels.
-.venv/bin/python -m pip install --quiet "torch==2.14.1" "torchvision==0.29.1"
-.venv/bin/python -m pip install --quiet -e ".[test]"
+# torch and torchvision first and alone, so pip resolves them from the pinned wheels (the pins are
+# pyproject.toml's). scripts/torch_install.py decides what to install: nothing when both are already
+# at their pinned versions, whatever the build (2.14.1, 2.14.1+cpu, 2.14.1+cu130 are all kept);
+# otherwise PyPI's default build, or PyTorch's CPU-only build with MEMLAB_TORCH=cpu.
+torch_plan=$(.venv/bin/python scripts/torch_install.py)
+if [ -n "$torch_plan" ]; then
+  mapfile -t torch_args <<<"$torch_plan"
+  .venv/bin/python -m pip install --quiet "${torch_args[@]}"
+fi
+# The rest of the requirements, with torch and torchvision held to the builds now installed, so
+# resolving them never swaps a CPU or CUDA build for another.
+torch_constraints=$(mktemp)
+trap 'rm -f "$torch_constraints"' EXIT
+.venv/bin/python scripts/torch_install.py --constraints >"$torch_constraints"
+.venv/bin/python -m pip install --quiet -c "$torch_constraints" -e ".[test]"
 # The browser test drives Debian's Chromium; install it when we can (root on Debian).
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -3,6 +3,7 @@ reach stderr, and a run killed with -9 leaves its kernel's connection file only 
 folder, which the next run removes."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -66,16 +67,19 @@ def test_cache_warnings_of_the_kernel_reach_the_terminal(fake, capsys):
 
 
 def test_the_kernels_progress_reaches_the_terminal_and_silence_gets_a_heartbeat(fake, capsys, monkeypatch):
-    monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # as on a terminal (capsys is none)
+    monkeypatch.setattr(relay, "is_terminal", lambda stream: True)  # capsys's stream is none
     monkeypatch.setattr(relay, "HEARTBEAT_S", 1.0)
     assert cli.main(["run", "fake", "--profile", "smoke", "-p", "sleep", "2"]) == 0
-    err = capsys.readouterr().err.splitlines()
+    # on a terminal each line overwrites the last one
+    err = re.split(r"\r\x1b\[K|\n", capsys.readouterr().err)
     steps = [line for line in err if line.startswith("fake: fake steps:")]
     assert any("25% 1/4" in line for line in steps) and steps[-1].startswith("fake: fake steps: done, 4 in"), err
     assert any(line.startswith("fake: running, ") and line.endswith(" s so far") for line in err), err
 
 
-def test_no_progress_lines_without_a_terminal(fake, capsys, monkeypatch):
+def test_no_progress_lines_without_a_terminal_when_progress_is_hidden(fake, capsys, monkeypatch):
+    # MEMLAB_PROGRESS=0 (the fixture's, as in the whole test suite) keeps a log free of progress
+    # lines; tests/test_progress_log.py shows what a log gets without it
     monkeypatch.delenv("MEMLAB_RUN_PROGRESS", raising=False)
     assert cli.main(["run", "fake", "--profile", "smoke"]) == 0
     assert not [line for line in capsys.readouterr().err.splitlines() if line.startswith("fake:")]
@@ -122,7 +126,7 @@ def test_a_sweeps_run_relays_its_progress_to_its_file_for_the_sweeps_bar(fake, c
     from memlab.run import runner, sweep
 
     root, _ = fake
-    monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # even as on a terminal: a sweep's run shows nothing itself
+    monkeypatch.setenv("MEMLAB_RUN_PROGRESS", "1")  # even when told to show progress, a sweep's run shows nothing itself
     progress_file = root / "sweeps" / ".progress" / "seed-0.log"
     progress_file.parent.mkdir(parents=True)
     runner.run_chapter("fake", "smoke", {}, book_dir=root / "out", progress_file=progress_file)

@@ -3,34 +3,110 @@
 A chapter runs in a Jupyter kernel whose stderr goes into the notebook, so its tqdm bars
 (:func:`memlab.core.progress.progress`) never reach the terminal that started the run. When
 ``MEMLAB_RELAY`` names a file, every bar also appends its line (description, count, rate, ETA)
-to that file each time it refreshes (at most every 2 s) and when it closes. :class:`Follower`,
-run by ``memlab run`` beside the kernel, prints each new line prefixed with the chapter; when
-no bar has moved for :data:`HEARTBEAT_S` seconds it prints how long the run has been going, so
-the terminal is never silent for long. On a terminal the lines overwrite one another; in a log
-(``MEMLAB_RUN_PROGRESS=1`` without a terminal) each is its own line.
+to that file each time it refreshes (at most every 2 s), one :func:`started_line` when it first
+draws and one :func:`done_line` when it closes. :class:`Follower`, run by ``memlab run`` beside
+the kernel, prints them prefixed with the chapter. On a terminal each line overwrites the last,
+and when no bar has moved for :data:`HEARTBEAT_S` seconds it prints how long the run has been
+going. In a log (stderr not a terminal: ``memlab book > book.log 2>&1``, ``nohup``, CI) it prints
+plain lines instead: each stage line (a bar starting or ending) at once, and every
+:func:`log_every_s` seconds one heartbeat with the time so far, the estimated time left and the
+latest bar line (what runs, how far).
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Callable, TextIO
 
 from memlab.core.fsutil import append_line
 
 ENV = "MEMLAB_RELAY"
-HEARTBEAT_S = 10.0
+HEARTBEAT_S = 10.0  # seconds without a bar moving before a terminal is told the run goes on
+# Seconds between a log's heartbeat lines (stderr not a terminal), overridable by the variable (a
+# test sets a fraction of a second): 30 keeps at least one line a minute even when a line is late.
+LOG_EVERY_ENV, LOG_EVERY_S = "MEMLAB_PROGRESS_EVERY_S", 30.0
+# a stage line: "<what>: started (...)" or "<what>: done, ..." (see started_line, done_line)
+_STAGE = re.compile(r": (started( \(.*\))?|done(,| in) .*)$")
 
 
 def enabled(stream: TextIO | None = None) -> bool:
-    """Relay when ``MEMLAB_RUN_PROGRESS`` says so (1 / 0), else when ``stream`` (stderr) is a terminal."""
+    """Relay when ``MEMLAB_RUN_PROGRESS`` says so (1 / 0), else when ``stream`` (stderr) is a
+    terminal, else (a log) unless ``MEMLAB_PROGRESS=0`` hides progress (as the test suite does)."""
     stream = sys.stderr if stream is None else stream
     forced = os.environ.get("MEMLAB_RUN_PROGRESS")
     if forced in ("0", "1"):
         return forced == "1"
-    return bool(getattr(stream, "isatty", lambda: False)())
+    return is_terminal(stream) or os.environ.get("MEMLAB_PROGRESS", "1") != "0"
+
+
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (else lines go to a log, a pipe or a capture)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def log_every_s() -> float:
+    """Seconds between a log's heartbeat lines: ``$MEMLAB_PROGRESS_EVERY_S``, else :data:`LOG_EVERY_S`.
+
+    A value that is not a positive number raises :class:`memlab.core.config.ConfigError` naming it."""
+    raw = os.environ.get(LOG_EVERY_ENV, "").strip()
+    if not raw:
+        return LOG_EVERY_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        from memlab.core.config import ConfigError
+
+        raise ConfigError(f"{LOG_EVERY_ENV}: must be a positive number of seconds (got {raw!r})")
+    return value
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` for a log line: ``45 s``, ``3 min 12 s``, ``2 h 05 min``."""
+    s = max(0, round(float(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def started_line(desc: str, total: float | None = None, unit: str = "it") -> str:
+    """The stage line a bar relays when it first draws: ``<desc>: started (<total> steps)``."""
+    if not total:
+        return f"{desc}: started"
+    count = f"{total:g}" if isinstance(total, float) else str(total)
+    return f"{desc}: started ({count} {('step' if total == 1 else 'steps') if unit == 'it' else unit})"
+
+
+def done_line(desc: str, n: float, elapsed: str) -> str:
+    """The stage line a bar relays when it closes: ``<desc>: done, <n> in <elapsed>`` (a bar that
+    counted nothing, such as one only timing a step: ``<desc>: done in <elapsed>``)."""
+    if not n:
+        return f"{desc}: done in {elapsed}"
+    return f"{desc}: done, {n:g} in {elapsed}" if isinstance(n, float) else f"{desc}: done, {n} in {elapsed}"
+
+
+def is_stage(line: str) -> bool:
+    """Whether a relayed line is a stage line (:func:`started_line`, :func:`done_line`)."""
+    return bool(_STAGE.search(line))
+
+
+def time_left(elapsed_s: float, expected_s: float | None) -> str:
+    """The time-left field of a heartbeat, from the estimated wall seconds ``expected_s`` of the run."""
+    if not expected_s:
+        return "time left not estimated (no recorded run at these parameters)"
+    if elapsed_s <= expected_s:
+        return f"~{duration(expected_s - elapsed_s)} left of ~{duration(expected_s)} estimated"
+    return f"over the estimated ~{duration(expected_s)} by {duration(elapsed_s - expected_s)}, time left unknown"
 
 
 def emit(line: str) -> None:
@@ -84,13 +160,23 @@ class Tail:
 
 
 class Follower:
-    """Print the lines a kernel relays to ``path`` as ``<label>: <line>`` on ``stream`` until stopped."""
+    """Print the lines a kernel relays to ``path`` as ``<label>: <line>`` on ``stream`` until stopped.
 
-    def __init__(self, path: Path, label: str, stream: TextIO | None = None, poll_s: float = 0.5):
+    ``expected_s``: the run's estimated wall seconds (:func:`memlab.core.costs.estimate`), None when
+    unknown; a log's heartbeat says the time left from it. ``note(seconds so far)``: more for the
+    heartbeat, or None (``memlab book``: the book's time left). ``poll_s``: seconds between looks at the file.
+    """
+
+    def __init__(self, path: Path, label: str, stream: TextIO | None = None, poll_s: float = 0.5,
+                 expected_s: float | None = None, note: Callable[[float], str | None] | None = None):
         stream = sys.stderr if stream is None else stream  # looked up now: tests and callers redirect it
-        self.path, self.label, self.stream, self.poll_s = Path(path), label, stream, poll_s
-        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self.path, self.label, self.stream, self.expected_s, self.note = Path(path), label, stream, expected_s, note
+        self.tty = is_terminal(stream)
+        self.every_s = None if self.tty else log_every_s()  # read now: a bad value stops the run before it starts
+        # a log looks often enough to keep its heartbeat's interval
+        self.poll_s = poll_s if self.tty else min(poll_s, self.every_s / 2)
         self._stop, self._tail, self._start = threading.Event(), Tail(self.path), time.monotonic()
+        self._latest: str | None = None  # a log's latest bar line, shown by its next heartbeat
         self._thread = threading.Thread(target=self._run, name="memlab-relay", daemon=True)
 
     def __enter__(self) -> "Follower":
@@ -111,17 +197,38 @@ class Follower:
         self.stream.flush()
 
     def _drain(self) -> bool:
-        """Show the lines written since the last look; whether there were any."""
+        """Show the lines written since the last look (a log: only the stage lines, keeping the
+        latest bar line for the heartbeat); whether there were any."""
         lines = self._tail.lines()
         for line in lines:
-            self._show(line)
+            if self.tty or is_stage(line):
+                self._show(line)
+            if not self.tty:
+                self._latest = line
         return bool(lines)
 
+    def heartbeat(self) -> str:
+        """A log's heartbeat line (without the label): time so far, time left, the latest bar line."""
+        elapsed = time.monotonic() - self._start
+        note = self.note(elapsed) if self.note else None
+        note = f" ({note})" if note else ""
+        if self._latest is None:
+            now = ""
+        else:  # after a stage's done line nothing of it runs any more
+            ended = is_stage(self._latest) and ": done" in self._latest
+            now = f"; {'after' if ended else 'now'} {self._latest}"
+        return f"running {duration(elapsed)}, {time_left(elapsed, self.expected_s)}{note}{now}"
+
     def _run(self) -> None:
-        quiet_since = time.monotonic()
+        quiet_since = last_beat = time.monotonic()
         while not self._stop.wait(self.poll_s):
             now = time.monotonic()
-            if self._drain():
+            moved = self._drain()
+            if not self.tty:  # a log: a heartbeat every every_s, whatever the bars do
+                if now - last_beat >= self.every_s:
+                    self._show(self.heartbeat())
+                    last_beat = now
+            elif moved:
                 quiet_since = now
             elif now - quiet_since >= HEARTBEAT_S:
                 self._show(f"running, {now - self._start:.0f} s so far")

@@ -8,7 +8,9 @@ of this book will train waits for that chapter (from the recorded runs' cache ke
 reads chapters 1 and 3's models), and the cache's key lock keeps any model from being trained
 twice even where no record tells. The terminal shows one line per event (a chapter starting or
 ending, what its run prints) and one status bar: how many chapters are done, the book's time
-left and each running chapter's latest progress line.
+left and each running chapter's latest progress line. In a log (stderr not a terminal) the
+status bar is a plain line every :func:`memlab.core.relay.log_every_s` seconds, and each running
+chapter's stage lines (a progress bar starting or ending) are lines of their own.
 """
 from __future__ import annotations
 
@@ -74,8 +76,8 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     """
     import multiprocessing
 
-    from memlab.core.progress import progress
-    from memlab.core.relay import Tail, latest_lines
+    from memlab.core.progress import progress, to_log
+    from memlab.core.relay import Tail, enabled, is_stage, latest_lines
     from memlab.run.runner import RunError
 
     ctx = multiprocessing.get_context("fork")  # the child inherits this process's chapters and settings
@@ -84,6 +86,9 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     # longest first (known estimates), the rest in book order: the last chapter started is a short one
     todo = sorted(chapters, key=lambda c: (-(wall[c] or 0.0), chapters.index(c)))
     running: dict[str, tuple[Any, float, Tail]] = {}
+    # a log gets each running chapter's stage lines (its status line shows only the latest line)
+    in_log = to_log()
+    stages: dict[str, Tail] | None = {} if in_log and enabled() else None
     done: dict[str, float] = {}
     failed: dict[str, str] = {}
     n = len(chapters)
@@ -91,7 +96,7 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
     # that reports no width gets 100 columns)
     cols = shutil.get_terminal_size((100, 24)).columns or 100
     bar = progress(total=n, desc="book", bar_format="{desc}: {n}/{total} chapters done [{elapsed}]{postfix}",
-                   ncols=cols, mininterval=1.0)
+                   ncols=cols, mininterval=1.0, unit="chapters")
     with tempfile.TemporaryDirectory(prefix="memlab-book-") as tmp:
         folder = Path(tmp)
 
@@ -102,9 +107,19 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
                                                files["progress"], files["result"]), name=f"memlab-book-{c}")
             p.start()
             running[c] = (p, time.perf_counter(), Tail(files["out"]))
+            if stages is not None:
+                stages[c] = Tail(files["progress"])
             guess = f", estimated ~{costs.minutes(wall[c]):g} min" if wall[c] else ""
             bar.write(f"book: starting {c} (chapter {chapters.index(c) + 1} of {n}, {threads} "
                       f"thread{'s' if threads != 1 else ''}{guess})")
+
+        def show(c: str, tail: Tail) -> None:
+            """What chapter ``c`` printed since the last look, and in a log its new stage lines."""
+            for line in tail.lines():
+                bar.write(line)
+            for line in stages[c].lines() if stages is not None else ():
+                if is_stage(line):
+                    bar.write(f"{c}: {line}")
 
         try:
             while todo or running:
@@ -115,13 +130,11 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
                     todo.remove(ready[0])
                     start(ready[0])
                 for c, (p, t0, tail) in list(running.items()):
-                    for line in tail.lines():
-                        bar.write(line)
+                    show(c, tail)
                     if p.is_alive():
                         continue
                     p.join()
-                    for line in tail.lines():
-                        bar.write(line)
+                    show(c, tail)
                     res_path = folder / f"{c}.result"
                     res = json.loads(res_path.read_text()) if res_path.exists() else {
                         "ok": False, "error": f"its process ended with exit code {p.exitcode}"}
@@ -138,9 +151,11 @@ def run_parallel(chapters: list[str], profile: str, flags: dict[str, Any], threa
                     break
                 now = time.perf_counter()
                 left = costs.book_left_s(book_est, todo, done, {c: now - t0 for c, (_, t0, _) in running.items()})
-                status = [f"~{costs.minutes(left):g} min left"] if left is not None else []
+                status = ([f"~{costs.minutes(left):g} min left"] if left is not None
+                          else ["time left not estimated"] if in_log else [])  # a log says so: no line lacks it unnoticed
                 # each running chapter's line gets its share of what the terminal has left
-                share = max(24, (cols - 45 - sum(map(len, status))) // max(1, len(running)) - 2)
+                # (a log has no width: each line gets 70)
+                share = 70 if in_log else max(24, (cols - 45 - sum(map(len, status))) // max(1, len(running)) - 2)
                 inside = latest_lines({c: folder / f"{c}.progress" for c in running}, share)
                 bar.set_postfix_str(" | ".join(status + ([inside] if inside else [])), refresh=False)
                 bar.refresh()
@@ -230,7 +245,11 @@ def book_command(args, root: Path, render) -> None:
             left_text = "" if left is None else f" (estimated ~{costs.minutes(left):g} min of the book left)"
             print(f"book: chapter {i} of {len(chapters)}: {c}{left_text}", flush=True)
             t0 = time.perf_counter()
-            run_chapter(c, args.profile, {}, None, threads=threads, **flags)
+
+            def book_left(elapsed: float, rest: list[str] = chapters[i:], c: str = c) -> float | None:
+                return costs.book_left_s(est, rest, done, {c: elapsed})
+
+            run_chapter(c, args.profile, {}, None, threads=threads, book_left=book_left, **flags)
             done[c] = time.perf_counter() - t0
     records = [r for r in costs.read_log(book) if r not in before and r.get("chapter") in chapters]
     # before render: the page shows it

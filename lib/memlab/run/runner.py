@@ -14,7 +14,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from memlab.core import notices, relay
 from memlab.core.chapters import CHAPTERS
@@ -401,11 +401,14 @@ def run_chapter(
     trust_remote_code: Sequence[str] = (),
     threads: int | None = None,
     progress_file: Path | None = None,
+    book_left: Callable[[float], float | None] | None = None,
 ) -> Path:
     """Validate and preflight, execute with papermill, publish; returns the executed notebook's path.
 
     ``progress_file``: the kernel's progress lines are appended there instead of shown on this
     terminal (a sweep's run, or one chapter of ``memlab book --jobs N``, whose bar shows them).
+    ``book_left(seconds this chapter has run)``: ``memlab book``'s estimate of the book's wall
+    seconds left (None when unknown), which a log's heartbeat adds to the chapter's time left.
 
     The kernel computes with ``threads`` threads (:func:`memlab.core.config.thread_count`: the
     argument, else ``OMP_NUM_THREADS``, else every core this process may use).
@@ -476,7 +479,13 @@ def run_chapter(
         elif progress_file is not None:
             os.environ[relay.ENV] = str(progress_file)
         try:
-            with relay.Follower(staging / "progress.log", chapter) if follow else contextlib.nullcontext():
+            # a log's heartbeat says the time left from the estimate's wall time at these threads
+            def note(elapsed: float) -> str | None:
+                left = book_left(elapsed) if book_left else None
+                return None if left is None else f"~{relay.duration(left)} of the book left"
+
+            with (relay.Follower(staging / "progress.log", chapter, expected_s=est.get("this_wall_s"), note=note)
+                  if follow else contextlib.nullcontext()):
                 papermill.execute_notebook(
                     str(src_nb), str(out_nb), parameters=parameters, kernel_name="python3", cwd=str(root),
                     progress_bar=False, log_output=log_output, report_mode=False, kernel_manager_class=km_class,
