@@ -3,7 +3,7 @@
 #
 # What it decides (claims the cpu book leaves "outside the paper's regime"):
 #   05_capacity     the capacity law (~3.6 bits per parameter, its alpha, bf16 against fp32) for
-#                   GPT-2 models up to ~1M parameters on V = 2048, S = 64 uniform data  ~25 min
+#                   GPT-2 models up to ~1M parameters on V = 2048, S = 64 uniform data  ~34 min
 #   01_bn_illusion  the BN-illusion claims on ResNet-18 width 64, all of CIFAR-10's training
 #                   images, the nine methods, 50 relearning epochs                        ~8 min
 #   02_sde          the SDE claims with width-64 models on all of CIFAR-10, 50 targets, subsets

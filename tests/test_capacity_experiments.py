@@ -186,7 +186,7 @@ def test_text_pipeline_on_wikitext():
         "smoke",
         text_dataset_sizes=[4, 8],
         text_test_size=4,
-        text_epochs=2,
+        text_steps=3,
         reference_size=32,
         reference_epochs=1,
     )
@@ -196,19 +196,40 @@ def test_text_pipeline_on_wikitext():
     rows = {tuple(r) for r in torch.cat([pool, test, unused]).tolist()}
     assert len(rows) == len(pool) + len(test) + len(unused)  # de-duplicated; oracle data disjoint from both
     ref = ex.reference_code_lengths(cfg, corpus)
-    assert ref["n_train"] == 32 and ref["steps"] == ex.text_steps(32, 1, cfg.text_batch_size)[0]
+    assert ref["n_train"] == 32 and ref["steps"] == ex.epoch_steps(32, 1, cfg.text_batch_size)[0]
     row = ex.text_run(cfg, corpus, ref, "1x8", 8, alpha=3.6)
     assert row["unintended_bits"] >= 0 and 0 <= row["extract_train"] <= 1
-    assert row["steps"] == 2  # 2 epochs of 8 sequences in batches of min(16, 8)
+    assert row["steps"] == 3 and row["batch"] == 8  # text_steps, in batches of min(16, 8)
+    assert row["epochs"] == pytest.approx(3.0)  # 3 steps of all 8 sequences
+    assert row["oracle_share"] == pytest.approx(row["unintended_bits"] / ref["pool"][:8].sum())
     assert row["data_to_capacity"] == pytest.approx(ref["pool"][:8].sum() / (3.6 * row["params"]))
     tf = ex.tfidf_vs_memorization(corpus, pd.Series(row))
     assert len(tf) == 8
 
 
-def test_text_steps_are_a_fixed_number_of_epochs():
-    assert ex.text_steps(16, 100, 64) == (100, 16)
-    assert ex.text_steps(512, 100, 64) == (800, 64)
-    assert ex.text_steps(100, 1, 64) == (2, 64)
+def test_text_schedule_gives_every_size_the_same_steps():
+    # the paper's design (Sections 3.2 and 4): one step count for every data set size, so the
+    # epochs fall as N grows; at smoke every N of the grid gets text_steps
+    cfg = config.resolve("05_capacity", "smoke")
+    sched = {n: ex.text_schedule(cfg, n) for n in cfg.text_dataset_sizes}
+    assert {s for s, _ in sched.values()} == {cfg.text_steps}
+    assert {n: b for n, (_, b) in sched.items()} == {n: min(cfg.text_batch_size, n) for n in cfg.text_dataset_sizes}
+    assert config.resolve("05_capacity", "paper").text_steps == paper.number("05_capacity", "train_steps")
+    # the oracle's schedule stays a number of passes over its own data
+    assert ex.epoch_steps(16, 100, 64) == (100, 16)
+    assert ex.epoch_steps(512, 100, 64) == (800, 64)
+    assert ex.epoch_steps(100, 1, 64) == (2, 64)
+
+
+def check_fixed_step_results(res: dict) -> None:
+    """A chapter-5 results JSON: every text run trained ``text_steps`` steps, whatever its N, and
+    the double-descent gate's quantity was recorded (NaN is written as null)."""
+    steps = {r["n_samples"]: r["steps"] for r in res["metrics"]["text"]}
+    assert set(steps) == set(res["params"]["text_dataset_sizes"])
+    assert set(steps.values()) == {res["params"]["text_steps"]}
+    assert "below_capacity_memorised_pct" in res["metrics"]["regime"]
+    dd = next(c for c in res["claims"] if c["key"] == "double_descent")
+    assert dd["regime"]["name"] == "small_sets_memorised"
 
 
 # ----------------------------------------------------------------------------- claims

@@ -60,6 +60,20 @@ def test_recorded_sign_agrees_with_the_verdict_at_smoke(smoke_project, chapter):
             assert pooling.pool_rows([r, r])["verdict"] == r["verdict"], r["key"]
 
 
+def test_chapter5_trains_every_text_size_for_the_same_steps_at_smoke(smoke_project):
+    # the paper's design (Sections 3.2 and 4): one step count for every text data set size,
+    # and the double-descent gate's quantity recorded (tests/test_capacity_experiments.py)
+    import json
+
+    from test_capacity_experiments import check_fixed_step_results
+
+    root, outcomes = smoke_project
+    if "05_capacity" not in outcomes:
+        pytest.skip("chapter 5 is not runnable in this checkout")
+    assert outcomes["05_capacity"] is None, outcomes["05_capacity"]
+    check_fixed_step_results(json.loads((root / "book" / "results" / "05_capacity.json").read_text()))
+
+
 @pytest.fixture(scope="session")
 def built_book(smoke_project):
     root, outcomes = smoke_project

@@ -25,6 +25,7 @@ from .spec import CHAPTER, CHECKS, CODE_VERSION, GPT2_VOCAB, SPEC, dataset_sizes
 from .stages import (
     a1_runs,
     capacity_sweep,
+    epoch_steps,
     law_constants,
     paperlike_run,
     precision_sweep,
@@ -32,7 +33,7 @@ from .stages import (
     synthetic_group,
     text_corpus,
     text_run,
-    text_steps,
+    text_schedule,
     text_sweep,
     tfidf_vs_memorization,
 )
@@ -43,6 +44,7 @@ from .tables import (
     a1_metrics,
     a1_sweep,
     alpha_fit,
+    below_capacity_memorised_pct,
     benchmark_throughput,
     capacities,
     capacity_metrics,

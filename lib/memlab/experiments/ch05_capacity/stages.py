@@ -22,8 +22,10 @@ Protocol
   * Text: WikiText-2 (valid + test), a BPE tokenizer trained on it, 64-token
     chunks, exact duplicates removed, shuffled, split three ways and disjoint:
     a test set, a pool whose prefixes are the training sets, and the unused rest,
-    on which the (larger) oracle reference model is trained. Every text model
-    trains for ``text_epochs`` passes over its own set; unintended memorisation
+    on which the (larger) oracle reference model is trained (``reference_epochs``
+    passes). Every text model trains for the same ``text_steps`` steps whatever its
+    N, as the paper trains every data set size for 10^6 steps (Sections 3.2 and 4),
+    so small sets are seen for many epochs and memorised; unintended memorisation
     of a sample is max(0, codelen_ref - codelen_model).
 """
 
@@ -258,29 +260,27 @@ def text_corpus(cfg) -> dict:
     }
 
 
-def text_steps(n: int, epochs: int, batch_size: int) -> tuple[int, int]:
-    """(steps, batch) of ``epochs`` passes over n sequences with batches of min(batch_size, n)."""
+def epoch_steps(n: int, epochs: int, batch_size: int) -> tuple[int, int]:
+    """(steps, batch) of ``epochs`` passes over n sequences with batches of min(batch_size, n): the oracle's."""
     batch = min(batch_size, n)
     return max(1, math.ceil(epochs * n / batch)), batch
 
 
-def _text_train(cfg, size: str, train: torch.Tensor, V: int, epochs: int, desc: str):
-    """A GPT-2 model trained for ``epochs`` passes over text sequences (warm-up + cosine)."""
+def text_schedule(cfg, n: int) -> tuple[int, int]:
+    """(steps, batch) of a text model on n sequences: ``text_steps`` whatever n, batches of
+    min(``text_batch_size``, n), as the paper trains every data set size for the same steps.
+
+    A set of n sequences is then seen steps * batch / n times (epochs fall as n grows).
+    """
+    return cfg.text_steps, min(cfg.text_batch_size, n)
+
+
+def _text_train(cfg, size: str, train: torch.Tensor, V: int, steps: int, batch: int, desc: str):
+    """A GPT-2 model trained on text sequences (N, S) for ``steps`` steps of ``batch`` (warm-up + cosine)."""
     model = g2.build(size, V, cfg.text_seq_len, cfg.precision, seed=cfg.seed, device=device())
-    steps, batch = text_steps(len(train), epochs, cfg.text_batch_size)
-    st.train_stacked(
-        [model],
-        [train],
-        V,
-        n_head=g2.parse_size(size).n_head,
-        steps=steps,
-        batch_size=batch,
-        lr=cfg.lr,
-        warmup=min(cfg.warmup, steps // 10),
-        seeds=[cfg.seed],
-        desc=desc,
-    )
-    return model, steps
+    st.train_stacked([model], [train], V, n_head=g2.parse_size(size).n_head, steps=steps, batch_size=batch,
+                     lr=cfg.lr, warmup=min(cfg.warmup, steps // 10), seeds=[cfg.seed], desc=desc)
+    return model
 
 
 def reference_code_lengths(cfg, corpus: dict) -> dict[str, np.ndarray]:
@@ -301,9 +301,8 @@ def reference_code_lengths(cfg, corpus: dict) -> dict[str, np.ndarray]:
     def compute():
         seed_everything(cfg.seed)
         t0 = time.perf_counter()
-        model, steps = _text_train(
-            cfg, cfg.reference_model, corpus["unused"], V, cfg.reference_epochs, "oracle"
-        )
+        steps, batch = epoch_steps(len(corpus["unused"]), cfg.reference_epochs, cfg.text_batch_size)
+        model = _text_train(cfg, cfg.reference_model, corpus["unused"], V, steps, batch, "oracle")
         return {
             "pool": torch.as_tensor(cap.sequence_code_lengths(model, corpus["pool"], V)),
             "test": torch.as_tensor(cap.sequence_code_lengths(model, corpus["test"], V)),
@@ -341,7 +340,7 @@ def text_run(cfg, corpus: dict, ref: dict, size: str, n_samples: int, alpha: flo
         "precision": cfg.precision,
         "prefix": cfg.prefix_len,
         "n_test": cfg.text_test_size,
-        **{k: cfg[k] for k in ("text_epochs", "warmup", "lr", "text_batch_size")},
+        **{k: cfg[k] for k in ("text_steps", "warmup", "lr", "text_batch_size")},
     }
     train = corpus["pool"][:n_samples]
     test = corpus["test"]
@@ -349,7 +348,8 @@ def text_run(cfg, corpus: dict, ref: dict, size: str, n_samples: int, alpha: flo
     def compute():
         seed_everything(cfg.seed)
         t0 = time.perf_counter()
-        model, steps = _text_train(cfg, size, train, V, cfg.text_epochs, f"text {size} N={n_samples}")
+        steps, batch = text_schedule(cfg, n_samples)
+        model = _text_train(cfg, size, train, V, steps, batch, f"text {size} N={n_samples}")
         probe = train[: len(test)]
         return {
             "train_bits": torch.as_tensor(cap.sequence_code_lengths(model, train, V)),
@@ -379,6 +379,9 @@ def text_run(cfg, corpus: dict, ref: dict, size: str, n_samples: int, alpha: flo
         "data_to_capacity": float(ref_bits.sum() / (alpha * params)),
         "unintended_bits": float(umem.sum()),
         "unintended_per_sample": float(umem.mean()),
+        # the share of the oracle's code length of the set this model memorised (1 = the whole
+        # set coded in no bits): the double-descent gate reads it below capacity ratio 1
+        "oracle_share": float(umem.sum() / max(float(ref_bits.sum()), 1e-12)),
         "membership_f1": cap.membership_f1(train_bits[:k], test_bits[:k]),
         "membership_n": k,
         "extract_train": float(t["extract_train"]),
@@ -386,7 +389,8 @@ def text_run(cfg, corpus: dict, ref: dict, size: str, n_samples: int, alpha: flo
         "extract_n_train": n_probe,
         "extract_n_test": len(test),
         "steps": int(t["steps"]),
-        "epochs": cfg.text_epochs,
+        "batch": text_schedule(cfg, n_samples)[1],
+        "epochs": int(t["steps"]) * text_schedule(cfg, n_samples)[1] / n_samples,
         "stopped": "schedule",
         "wall_s": float(t["wall_s"]),
         "per_sample_unintended": umem,

@@ -215,9 +215,9 @@ def a1_metrics(a1: pd.DataFrame) -> dict:
 # ----------------------------------------------------------------------------- text
 
 
-TEXT_COLUMNS = ["model", "params", "n_samples", "data_to_capacity", "steps", "train_loss", "test_loss",
-                "test_loss_se", "unintended_bits", "unintended_per_sample", "membership_f1", "extract_train",
-                "extract_test"]
+TEXT_COLUMNS = ["model", "params", "n_samples", "data_to_capacity", "steps", "epochs", "train_loss",
+                "test_loss", "test_loss_se", "unintended_bits", "oracle_share", "unintended_per_sample",
+                "membership_f1", "extract_train", "extract_test"]
 
 
 def reference_summary(cfg, ref: dict) -> dict:
@@ -355,6 +355,16 @@ def _capacity_gain_pct(runs: pd.DataFrame) -> float:
     return float(100.0 * best["gain_half"].max())
 
 
+def below_capacity_memorised_pct(text: pd.DataFrame) -> float:
+    """Smallest share (%) of the oracle's bits memorised by a text run below capacity ratio 1.
+
+    text: the text runs, ``data_to_capacity`` (oracle bits of the set / (measured alpha * params))
+    and ``oracle_share`` (unintended bits / oracle bits). NaN when no run lies below ratio 1.
+    """
+    below = text[text["data_to_capacity"] < 1.0]
+    return float(100.0 * below["oracle_share"].min()) if len(below) else float("nan")
+
+
 def regime_metrics(sweep: pd.DataFrame, precision: str, prec_sweep: pd.DataFrame, a1: pd.DataFrame,
                    text: pd.DataFrame, ref_summary: dict) -> dict:
     """The ``regime`` group: the quantities the regime gates of ``data/papers/05_capacity.yaml`` read.
@@ -366,8 +376,9 @@ def regime_metrics(sweep: pd.DataFrame, precision: str, prec_sweep: pd.DataFrame
     ``a1_gain_half_pct`` (largest share of its final memorisation, in %, that a run gained over
     the second half of its schedule: of the runs setting the capacities behind alpha, of every
     run at alpha's precision, of the runs setting the precision comparison's capacities, of the
-    A.1 runs) and ``oracle_margin_bits`` (the smallest test loss of a text model minus the
-    oracle's, bits/token: positive when the oracle codes held-out text better than every model).
+    A.1 runs), ``oracle_margin_bits`` (the smallest test loss of a text model minus the
+    oracle's, bits/token: positive when the oracle codes held-out text better than every model)
+    and ``below_capacity_memorised_pct`` (:func:`below_capacity_memorised_pct`, %).
     """
     at = sweep[sweep["precision"] == precision]
     return {"regime": {
@@ -376,6 +387,7 @@ def regime_metrics(sweep: pd.DataFrame, precision: str, prec_sweep: pd.DataFrame
         "precision_gain_half_pct": _capacity_gain_pct(prec_sweep),
         "a1_gain_half_pct": float(100.0 * a1["gain_half"].max()),
         "oracle_margin_bits": float(text["test_loss"].min() - ref_summary["test loss (bits/token)"]),
+        "below_capacity_memorised_pct": below_capacity_memorised_pct(text),
     }}
 
 
