@@ -137,23 +137,6 @@ run.record(regime=setup.regime)
 ch.regime_table(setup)
 
 # %% [markdown]
-# ### The regime, second marker: how hard is the membership task?
-#
-# The paper's baselines say how hard its membership task is. On LLaDA its best baseline reaches
-# an AUC of about 70 under domain fine-tuning and at most 69 under instruction fine-tuning (paper
-# Tables 1 and 2; less on Dream, paper Table 3), and Section 4 says Q-Skew beats it by more than
-# 10 points. Where our best baseline is stronger than the paper's by more than that whole margin,
-# our baselines alone do what the paper's Q-Skew does: the task is easier than the paper's, and
-# the claims that Q-Skew is *best*, or beats the best by the paper's margin, cannot show what
-# they test. The table puts our best baseline, measured in the sections below, beside the
-# paper's, with the gate's bound on it: the paper's strongest best baseline of the same kind of
-# fine-tuning plus those 10 points, fixed from the paper's text before any result of this code
-# was read. The same-domain setting is a control and carries no gate.
-#
-# ```{glue} 04_qskew-baseline-level
-# ```
-
-# %% [markdown]
 # ## The Q-Skew score
 #
 # For a sequence $x$ of $L$ tokens, **cyclic sampling** runs $R$ rounds; each round permutes the
@@ -193,35 +176,11 @@ display(
 )
 
 # %% [markdown]
-# **Baselines on the same interface, each as its own paper defines it.** The paper gives every
-# method 16 denoising steps (forward passes) per sample. The likelihood baselines read the model
-# the way a masked diffusion LM is trained and evaluated {cite}`nie2025llada`: 16 passes per
-# sequence, each drawing $t \sim U(0,1)$ and hiding every token with probability $t$
-# (`memlab.science.mia.llada_masks`), shared by the target and the reference. Q-Skew's cyclic
-# probe is its own and serves no baseline. *Loss* {cite}`qskew_yeom2018privacy`: minus the
-# target's LLaDA loss, the per-token estimate $\frac{1}{16}\sum_k \frac{1}{t_k L}
-# \sum_{i \in M_k} -\log p(x_i \mid x_{M_k^c})$ of the loss the model is trained on.
-# *Calibration* {cite}`qskew_watson2022calibration`: the reference's LLaDA loss minus the
-# target's, on the same passes. *Min-K%* {cite}`shi2024mink` ($k=20\%$): each token's NLL
-# averaged over the passes that hid it, then minus the mean of the 20% worst. *Min-K%++*
-# {cite}`zhang2025minkpp`: $z=(\log p(x_i)-\mu)/\sigma$, with $\mu,\sigma$ the mean and
-# standard deviation of $\log p$ under that pass's predicted distribution, averaged per token
-# over the passes that hid it; the score is the mean of the 20% lowest. *Loss at deterministic
-# masks*: minus the target's masked NLL at fixed nested masks (ratios 0.3/0.5/0.7/0.9 of one fixed
-# permutation), averaged; public DLM code calls this "SecMI adapted to DLMs", but it lacks SecMI's
-# defining step. *SecMI (t-error)* {cite}`duan2023secmi`: SecMI compares a sample's
-# deterministic state $\tilde x_t$ with the result of one deterministic forward step and one
-# deterministic reverse step, $\ell_t=\lVert\psi_\theta(\phi_\theta(\tilde x_t,t),t+k)-\tilde
-# x_t\rVert^2$. With masks: $\tilde x_t$ hides the first $tL$ tokens of a fixed permutation, the
-# forward step hides $kL$ more ($k=0.2$), and the reverse step returns the model's expected one-hot
-# vector at those $kL$ tokens (the still-hidden ones agree on both sides); $\ell_t$ is the mean
-# squared error $\lVert p_\theta(\cdot\mid\tilde x_{t+k})_i-e_{x_i}\rVert^2$ over them, and the
-# score is minus its mean over $t$ = 0.1/0.3/0.5/0.7 (SecMI's statistical attack reads one $t$; a
-# step of a few tokens makes one $t$ too noisy on short blocks, our one deviation here). *SAMA*
-# {cite}`qskew_chen2026sama`: over 16 growing nested masks (5% to 50%), the share of random
-# 8-token subsets whose summed reference NLL exceeds the summed target NLL, steps weighted $1/s$;
-# as in the public SAMA code, each token keeps the loss of the step at which it was first masked.
-# `tests/test_mia.py` checks each score on a constructed case whose value is known by hand.
+# **Baselines on the same interface, each as its own paper defines it** (Loss, Calibration,
+# Min-K%, Min-K%++, SecMI and SAMA; the appendix on the baselines gives each definition). The
+# paper gives every method 16 denoising steps (forward passes) per sample: the likelihood
+# baselines read 16 of LLaDA's random-$t$ passes per sequence, shared by the target and the
+# reference; Q-Skew's cyclic probe serves no baseline.
 # Metrics: AUC and TPR at 10% and 1% FPR from scikit-learn's ROC, mean over runs. A TPR at FPR $f$
 # is reported only when $f$ times the number of non-members allows at least five false positives;
 # otherwise the cell says "n/a" with the count (with 250 non-members, TPR@1%FPR would be the TPR
@@ -466,6 +425,37 @@ display(pii["memorisation"].round(2))
 # the others below.
 
 # %% [markdown]
+# ## Appendix: the baselines' definitions
+#
+# The likelihood baselines read the model the way a masked diffusion LM is trained and evaluated
+# {cite}`nie2025llada`: 16 passes per sequence, each drawing $t \sim U(0,1)$ and hiding every
+# token with probability $t$ (`memlab.science.mia.llada_masks`), shared by the target and the
+# reference. *Loss* {cite}`qskew_yeom2018privacy`: minus the
+# target's LLaDA loss, the per-token estimate $\frac{1}{16}\sum_k \frac{1}{t_k L}
+# \sum_{i \in M_k} -\log p(x_i \mid x_{M_k^c})$ of the loss the model is trained on.
+# *Calibration* {cite}`qskew_watson2022calibration`: the reference's LLaDA loss minus the
+# target's, on the same passes. *Min-K%* {cite}`shi2024mink` ($k=20\%$): each token's NLL
+# averaged over the passes that hid it, then minus the mean of the 20% worst. *Min-K%++*
+# {cite}`zhang2025minkpp`: $z=(\log p(x_i)-\mu)/\sigma$, with $\mu,\sigma$ the mean and
+# standard deviation of $\log p$ under that pass's predicted distribution, averaged per token
+# over the passes that hid it; the score is the mean of the 20% lowest. *Loss at deterministic
+# masks*: minus the target's masked NLL at fixed nested masks (ratios 0.3/0.5/0.7/0.9 of one fixed
+# permutation), averaged; public DLM code calls this "SecMI adapted to DLMs", but it lacks SecMI's
+# defining step. *SecMI (t-error)* {cite}`duan2023secmi`: SecMI compares a sample's
+# deterministic state $\tilde x_t$ with the result of one deterministic forward step and one
+# deterministic reverse step, $\ell_t=\lVert\psi_\theta(\phi_\theta(\tilde x_t,t),t+k)-\tilde
+# x_t\rVert^2$. With masks: $\tilde x_t$ hides the first $tL$ tokens of a fixed permutation, the
+# forward step hides $kL$ more ($k=0.2$), and the reverse step returns the model's expected one-hot
+# vector at those $kL$ tokens (the still-hidden ones agree on both sides); $\ell_t$ is the mean
+# squared error $\lVert p_\theta(\cdot\mid\tilde x_{t+k})_i-e_{x_i}\rVert^2$ over them, and the
+# score is minus its mean over $t$ = 0.1/0.3/0.5/0.7 (SecMI's statistical attack reads one $t$; a
+# step of a few tokens makes one $t$ too noisy on short blocks, our one deviation here). *SAMA*
+# {cite}`qskew_chen2026sama`: over 16 growing nested masks (5% to 50%), the share of random
+# 8-token subsets whose summed reference NLL exceeds the summed target NLL, steps weighted $1/s$;
+# as in the public SAMA code, each token keeps the loss of the step at which it was first masked.
+# `tests/test_mia.py` checks each score on a constructed case whose value is known by hand.
+
+# %% [markdown]
 # ## Appendix: mismatched reference models (paper Table 4)
 #
 # *Other-variant reference*: the instruct model as the reference of the domain-tuned base, and the
@@ -555,14 +545,31 @@ if cfg.profile == "smoke":
 # ours must find at most half (twice the paper's rate), or the two claims hold or fail by
 # construction. The claims that Q-Skew is best, and by the paper's margin, carry a second
 # marker: our best baseline no more than 10 AUC points (the margin the paper claims) above the
-# paper's strongest best baseline of the same kind of fine-tuning (the regime section's second
-# table). The per-step gain is a sanity check, counted apart from the paper's claims: it falls
+# paper's strongest best baseline of the same kind of fine-tuning (the table after the gates').
+# The per-step gain is a sanity check, counted apart from the paper's claims: it falls
 # with the ratio whenever the total gain grows more slowly than the ratio. The table gives each
 # gate, what this run measured, and the run that would bring its claims inside with its
 # estimated cost.
 
 # %% tags=["hide-input"]
 display(pagekit.regimes_table(CH, verdicts))
+
+# %% [markdown]
+# ### The second marker: how hard is the membership task?
+#
+# The paper's baselines say how hard its membership task is. On LLaDA its best baseline reaches
+# an AUC of about 70 under domain fine-tuning and at most 69 under instruction fine-tuning (paper
+# Tables 1 and 2; less on Dream, paper Table 3), and Section 4 says Q-Skew beats it by more than
+# 10 points. Where our best baseline is stronger than the paper's by more than that whole margin,
+# our baselines alone do what the paper's Q-Skew does: the task is easier than the paper's, and
+# the claims that Q-Skew is *best*, or beats the best by the paper's margin, cannot show what
+# they test. The table puts our best baseline, measured in the sections above, beside the
+# paper's, with the gate's bound on it: the paper's strongest best baseline of the same kind of
+# fine-tuning plus those 10 points, fixed from the paper's text before any result of this code
+# was read. The same-domain setting is a control and carries no gate.
+#
+# ```{glue} 04_qskew-baseline-level
+# ```
 
 # %%
 tally = paper.tally(verdicts, kind=paper.CLAIM)

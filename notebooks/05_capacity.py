@@ -345,7 +345,7 @@ _ = plotting.publish(fig, "fig11", CH)
 # than a large one, and is memorised whole if the model has the capacity for it. The
 # grid of $N$ is dense around the data-to-capacity ratio 1: the ratio is the oracle's
 # code length of the training set, $H(X\mid\theta)$, over $\alpha|\hat\theta|$ with
-# **our measured $\alpha$** (Figure 6 above; where that $\alpha$ is a lower bound, the
+# **our measured $\alpha$** ({numref}`fig-05-6`; where that $\alpha$ is a lower bound, the
 # ratios are upper bounds). The paper's precondition, small sets fully memorised by
 # every model with the capacity for them (Section 3.2), is a regime gate: the column
 # `oracle_share` is the share of the oracle's bits of the set each run memorised, and
