@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import install_fake_chapter
+from test_run_terminal import FAKE_SPEC  # the same two-parameter spec the terminal test runs
 from memlab.core import relay
 from memlab.core.config import ConfigError
 from memlab.core.fsutil import append_line
@@ -100,10 +101,6 @@ def test_a_log_follows_a_kernel_stage_by_stage_with_a_heartbeat_and_the_time_lef
     assert relay.time_left(5, None).startswith("time left not estimated")
 
 
-SPEC = '''
-from memlab.core.config import Param
-SPEC = {"seed": Param(int, 0, low=0), "sleep": Param(float, 0.0, low=0.0)}
-'''
 
 NOTEBOOK = '''
 # %% tags=["parameters"]
@@ -142,7 +139,7 @@ sys.exit(cli.main(["book", "--profile", "smoke", "--chapters", "fake", "--jobs",
 
 
 def test_memlab_book_to_a_file_prints_stages_and_a_heartbeat(tmp_path, monkeypatch):
-    spec_dir = install_fake_chapter(tmp_path, monkeypatch, SPEC, NOTEBOOK, module="log_spec")
+    spec_dir = install_fake_chapter(tmp_path, monkeypatch, FAKE_SPEC, NOTEBOOK, module="log_spec")
     script = tmp_path / "book_fake.py"
     script.write_text(BOOK.format(spec_dir=str(spec_dir), root=str(tmp_path)))
     log = tmp_path / "book.log"
