@@ -167,3 +167,37 @@ def test_memlab_book_to_a_file_prints_stages_and_a_heartbeat(tmp_path, monkeypat
     assert len(beats) >= 5, text
     assert all(", time left not estimated (no recorded run at these parameters)" in line for line in beats), beats
     assert any("; now fake steps: " in line and "/4 [" in line for line in beats), beats
+
+
+def test_a_sweep_to_a_log_keeps_its_heartbeat_while_no_run_ends(tmp_path, monkeypatch, capsys):
+    """`memlab sweep > sweep.log`: runs of an hour finish rarely; the bar's line still comes every interval."""
+    import distributed
+
+    from memlab.run import sweep
+
+    monkeypatch.setenv(relay.LOG_EVERY_ENV, "0.2")
+    monkeypatch.delenv("MEMLAB_PROGRESS", raising=False)
+    monkeypatch.delenv(relay.ENV, raising=False)
+    start = time.monotonic()
+
+    def wait(futures, timeout, return_when):  # distributed.wait: nothing ends for 1.5 s, then all
+        time.sleep(0.05)
+        if time.monotonic() - start < 1.5:
+            raise TimeoutError
+        return set(futures), set()
+
+    class Future:
+        status = "finished"
+
+    class Client:
+        def scheduler_info(self):
+            return {"workers": {"w": {"nthreads": 1}}}
+
+        def processing(self):
+            return {"w": ["seed-0"]}
+
+    monkeypatch.setattr(distributed, "wait", wait)
+    sweep._follow(Client(), {Future(): ("seed-0", {"seed": 0})}, tmp_path)
+    err = capsys.readouterr().err
+    beats = [line for line in err.splitlines() if line.startswith("sweep: 0/1 (0%), ")]
+    assert len(beats) >= 4 and all("running 1" in line for line in beats), err

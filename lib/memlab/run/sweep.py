@@ -454,5 +454,7 @@ def _follow(client, futures: dict, sweep_dir: Path) -> None:
         bar.set_postfix_str(f"done {done}, running {running}, failed {len(failed)}"
                             + (f" | {inside}" if inside else ""), refresh=False)
         bar.update(len(finished))
+        if not finished:  # tqdm draws on update only when a count moves: a log's heartbeat needs a nudge
+            bar.refresh()
     bar.close()
     print(f"sweep: {done} done, {len(failed)} failed" + (f" ({', '.join(failed)})" if failed else ""))
