@@ -597,12 +597,12 @@ if cfg.n_seeds == 1:
     display(
         Markdown(
             "Every method row here (paper Table 1) comes from **one seed**"
-            f" (seed {cfg.seed})."
-            " Verdicts that turn on a few points, such as which method flips most or"
-            " the sign of a small residual, can change with the seed: re-run with"
-            f" `memlab run 01_bn_illusion -p seed {cfg.seed + 1}` (a different data"
-            " subset and initialisation), or with `-p n_seeds 3` to average rows over"
-            " seeds (about three times the cost of those rows)."
+            f" (seed {cfg.seed}). A verdict of the claims table's Verdict column"
+            " that turns on a few points, such as which method flips most or the"
+            " sign of a small residual, can change with the seed. The findings box"
+            " and the Across seeds column pool the seeds of a published seed sweep"
+            " (`memlab sweep 01_bn_illusion -p seed 0..2`); `-p n_seeds 3` averages"
+            " the rows themselves over seeds (about three times their cost)."
         )
     )
 
