@@ -219,11 +219,16 @@ def _sweep_command(parser, args, pairs) -> None:
         sweep_summary.write_summary(folder)
         print(f"summary: {folder / 'summary.json'}")
         if args.publish:
-            from memlab.report import robustness
+            from memlab.report import repool, robustness
 
-            if args.page:  # checked (complete, defaults, current code) before the summary is copied
-                print(f"published page: {robustness.publish_page(folder, args.page, repo_root() / 'book')}")
-            print(f"published: {robustness.publish(folder, repo_root() / 'book')}")
+            book = repo_root() / "book"
+            page = robustness.publish_page(folder, args.page, book) if args.page else None  # checked first
+            if page is not None:
+                print(f"published page: {page}")
+            print(f"published: {robustness.publish(folder, book)}")
+            if page is not None:  # the run executed before the summary: its page now says what is pooled
+                repool.pool_page(page, book)
+                print(f"pooled on the page: its findings box, claims table and closing line ({page.name})")
         return
     if args.publish or args.page:
         parser.error("--publish and --page go with --summary DIR")
