@@ -207,6 +207,10 @@ def test_the_log_keeps_the_latest_records_of_each_chapter(tmp_path):
     assert len(c) == costs.KEEP_PER_CHAPTER and c[-1]["cpu_s"] == 100.0 + costs.KEEP_PER_CHAPTER + 2
     assert [r["chapter"] for r in runs].count("d") == 1
     assert costs.record(tmp_path, {"provenance": {}}, wall_s=1.0) is None  # results without a cost
+    costs.record(tmp_path, _payload(chapter="d"), wall_s=1.0)  # the same run published again: one record
+    assert [r["chapter"] for r in costs.read_log(tmp_path)].count("d") == 1
+    costs.record(tmp_path, _payload(chapter="d", cpu=123.0), wall_s=2.0)  # another run of it
+    assert [r["chapter"] for r in costs.read_log(tmp_path)].count("d") == 2
 
 
 NOTEBOOK = seed_chapter_notebook("costs_spec", """

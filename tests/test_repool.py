@@ -19,6 +19,7 @@ def _verdicts() -> list[dict]:
     rows = [{"key": k, "claim": f"Claim {k}", "source": "Table 1", "verdict": paper.REPRODUCED,
              "evidence": f"margin of {k} +3 (band ±1)", "kind": paper.CLAIM} for k in keys]
     rows[0].update(verdict=paper.NOT_REPRODUCED, reason="a reason written before the sweep was read")
+    rows[1].update(verdict=paper.NOT_REPRODUCED, reason="")
     return rows
 
 
@@ -32,17 +33,25 @@ def _pooled(verdicts: list[dict]) -> list[dict]:
     return out
 
 
-def _book(tmp_path, box: str | None = None):
-    """A book holding a seed-0 page as its run made it, its results and a current 3-seed summary."""
+def _book(tmp_path, box: str | None = None, after_summary: bool = False):
+    """A book holding a seed-0 page as its run made it, its results and a current 3-seed summary;
+    ``after_summary``: the run executed with that summary already published (its outputs pooled)."""
     book = tmp_path / "book"
     for sub in ("chapters", "results", "robustness"):
         (book / sub).mkdir(parents=True)
     verdicts, code = _verdicts(), results.chapter_code(CH)
+    summary = {"chapter": CH, "profile": "cpu",
+               "provenance": {f"seed-{s}": {"params": {"seed": s}, "chapter_code": code} for s in range(3)},
+               "groups": [{"params": {}, "runs": ["seed-0", "seed-1", "seed-2"], "claims": {},
+                           "pooled": _pooled(verdicts)}]}
+    (book / "robustness" / f"{CH}.json").write_text(json.dumps(summary))
     what = pagekit.judged_what(CH)
-    box = box or pagekit.findings_markdown(verdicts, pagekit.headline_keys(CH), REGIME, what,
-                                           "These verdicts are single-seed (one run); a seed sweep pools them over seeds.")
-    table = paper.claims_table(verdicts)
-    closing = f"*This page ran at the `cpu` profile in 9 s. {results.SINGLE_SEED}*"
+    shown, basis = (pagekit.published_verdicts(CH, verdicts, book) if after_summary else
+                    (verdicts, "These verdicts are single-seed (one run); a seed sweep pools them over seeds."))
+    box = box or pagekit.findings_markdown(shown, pagekit.headline_keys(CH), REGIME, what, basis)
+    table = paper.claims_table(verdicts, across=pagekit.pooled_across(CH, book) if after_summary else None)
+    line = results.POOLED_ON_PAGE.format(n=3) if after_summary else results.SINGLE_SEED
+    closing = f"*This page ran at the `cpu` profile in 9 s. {line}*"
     nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
         {"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1, "outputs": [
             {"output_type": "display_data", "metadata": {},
@@ -56,11 +65,6 @@ def _book(tmp_path, box: str | None = None):
     page.write_text(json.dumps(nb, indent=1))
     (book / "results" / f"{CH}.json").write_text(json.dumps({"claims": verdicts,
                                                              "provenance": {"chapter_code": code}}))
-    summary = {"chapter": CH, "profile": "cpu",
-               "provenance": {f"seed-{s}": {"params": {"seed": s}, "chapter_code": code} for s in range(3)},
-               "groups": [{"params": {}, "runs": ["seed-0", "seed-1", "seed-2"], "claims": {},
-                           "pooled": _pooled(verdicts)}]}
-    (book / "robustness" / f"{CH}.json").write_text(json.dumps(summary))
     return book, page, verdicts
 
 
@@ -82,9 +86,22 @@ def test_the_page_says_what_the_sweep_pooled_and_the_yamls_reasons(tmp_path):
     assert "Verdicts pooled over 3 seeds" in text and "single-seed" not in text
     # the pooled verdict, not the run's own
     assert f"**Seed-dependent.** Claim {pagekit.md_escape(verdicts[0]['key'])}." in text
+    # a negative verdict keeps what lost to what beside the pooled margin: the page's own seed's evidence
+    assert f"; on this page's seed, {pagekit.md_escape(verdicts[1]['evidence'])}" in text
+    assert f"; on this page's seed, {pagekit.md_escape(verdicts[0]['evidence'])}" not in text  # not negative
     assert REGIME in text  # the chapter's own regime words, kept
     saved = json.loads((book / "results" / f"{CH}.json").read_text())["claims"]
     assert saved[0]["reason"] == reason and [v["verdict"] for v in saved] == [v["verdict"] for v in verdicts]
+
+
+def test_a_run_executed_after_the_summary_is_pooled_to_the_same_page(tmp_path):
+    """Seed 0 re-run alone once the sweep's summary was out: its outputs are pooled already (old reasons)."""
+    book, page, _ = _book(tmp_path / "before")
+    repool.pool_page(page, book)
+    again, page_again, _ = _book(tmp_path / "after", after_summary=True)
+    assert _outputs(page_again)[0] != _outputs(page)[0]  # the run's own table kept its old reason
+    assert repool.pool_page(page_again, again) == 3
+    assert _outputs(page_again) == _outputs(page)
 
 
 def test_a_page_that_is_not_what_its_run_made_is_refused_untouched(tmp_path):

@@ -170,7 +170,7 @@ def _sweep_run(sweep_dir, chapter: str, run: str, params: dict, code: str | None
     (folder / "chapters").mkdir()
     (folder / "figures" / chapter).mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({"chapter": chapter, "profile": "cpu", "params": params}))
-    prov = {"chapter_code": code, "wall_time_s": 612.5, "device": "cpu (Some CPU, AVX2)",
+    prov = {"chapter_code": code, "wall_time_s": 612.5, "device": "cpu (Some CPU, AVX2)", "date": "2026-12-01T10:00:00+00:00",
             **({"cost": cost} if cost else {})}
     (folder / "results" / f"{chapter}.json").write_text(json.dumps(
         {"chapter": chapter, "profile": "cpu", "params": params, "claims": [], "provenance": prov}))
@@ -191,6 +191,13 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
     _sweep_run(sweep_dir, chapter, "old", {}, "0ld0ld0ld0ld")
     (sweep_dir / "summary.json").write_text(json.dumps(
         {"chapter": chapter, "profile": "cpu", "runs_done": ["seed-0", "seed-1", "old"]}))
+    # seed-0 ran in an invocation of 2 workers: one other run shared its cores
+    (sweep_dir / "timing.json").write_text(json.dumps([
+        {"date": "2026-11-30T10:00:00Z", "wall_s": 600.0, "executed": 1, "workers": 1},
+        {"date": "2026-12-01T10:05:00Z", "wall_s": 900.0, "executed": 3, "workers": 2}]))
+    assert robustness.runs_alongside(sweep_dir, "2026-12-01T09:55:00+00:00") == 1
+    assert robustness.runs_alongside(sweep_dir, "2026-11-30T09:59:00+00:00") == 0  # alone in its invocation
+    assert robustness.runs_alongside(sweep_dir, "2026-12-02T00:00:00+00:00") == 0  # in no recorded invocation
     root = tmp_path / "book"
     for run, match in (("seed-1", "'seed-1' has parameters {'seed': 1} that are not the cpu defaults"),
                        ("old", "ran chapter code 0ld0ld0ld0ld, not the current"),
@@ -209,6 +216,7 @@ def test_publish_page_copies_the_default_run_and_refuses_any_other(tmp_path):
 
     (rec,) = costs.read_log(root)
     assert (rec["chapter"], rec["kind"], rec["cpu_s"], rec["wall_s"], rec["trained"]) == (chapter, "cold", 1100.0, 612.5, 3)
+    assert rec["alongside"] == 1  # its wall shared the cores: the cost table leaves it out
     assert rec["code"] == costs.code_version(chapter)
 
 

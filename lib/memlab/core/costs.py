@@ -140,11 +140,12 @@ ALONGSIDE_ENV = "MEMLAB_BOOK_ALONGSIDE"
 
 
 def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | None = None,
-           code: str | None = None) -> dict | None:
+           code: str | None = None, alongside: int | None = None) -> dict | None:
     """Append the cost of the published run ``payload`` (a results JSON) to ``<book>/costs.json``.
 
     ``wall_s`` is the runner's own measure (kernel start included). A run of ``memlab book --jobs
-    N`` records ``alongside`` (the other chapters that may share its cores, from :data:`ALONGSIDE_ENV`). ``estimate_cpu_s`` is what
+    N`` records ``alongside`` (the other chapters that may share its cores, from :data:`ALONGSIDE_ENV`;
+    a sweep's run passes the other runs of its sweep). ``estimate_cpu_s`` is what
     :func:`estimate` predicted before the run, kept beside the measurement to show how close it
     was. ``code`` is the chapter's ``CODE_VERSION``. Returns the record, or None when the results
     carry no cost (an older kernel).
@@ -161,9 +162,12 @@ def record(book: Path, payload: dict, wall_s: float, estimate_cpu_s: float | Non
            "wall_s": round(float(wall_s), 1), "kernel_wall_s": cost.get("wall_s"),
            "estimate_cpu_s": None if estimate_cpu_s is None else round(float(estimate_cpu_s), 1),
            "code": code, "keys": cost.get("keys", {})}
-    alongside = int(os.environ.get(ALONGSIDE_ENV, "0") or 0)
+    if alongside is None:
+        alongside = int(os.environ.get(ALONGSIDE_ENV, "0") or 0)
     if alongside:
         rec["alongside"] = alongside
+    if _run_id(rec) in {_run_id(r) for r in read_log(book)}:  # one run published twice: one record
+        return rec
     return _append(book, rec)
 
 
@@ -180,6 +184,11 @@ def _append(book: Path, rec: dict) -> dict:
         text = (json.dumps({"runs": [r for r in runs if id(r) not in drop]}, indent=1) + "\n").encode()
         write_atomic(log_path(book), lambda f: f.write(text))
     return rec
+
+
+def _run_id(rec: dict) -> tuple:
+    """What names one run in the log: a record with all of these equal is that run's record again."""
+    return tuple(rec.get(k) for k in ("chapter", "profile", "params", "date", "commit", "kind", "cpu_s"))
 
 
 def _key_costs(runs: Iterable[dict], rank: Callable[[dict], tuple],

@@ -130,6 +130,10 @@ def findings_markdown(verdicts: Sequence[dict], headline: Sequence[str], regime:
         # a failed gate's gap is said once per regime, under the list, not on every claim it gates
         ours = ("*Ours:* outside the regime named below." if v["verdict"] == paper.OUTSIDE_REGIME
                 else f"*Ours:* {md_escape(paper.ClaimsTable._evidence(v))}")
+        if v.get(SEED_EVIDENCE) and v["verdict"] == paper.NOT_REPRODUCED:  # a negative verdict says what lost
+            # a vote of the seeds has no pooled number to show: its count, then the seed's evidence
+            pooled = v["across"] if v.get("basis") == "verdicts" and v.get("across") else paper.ClaimsTable._evidence(v)
+            ours = f"*Ours:* {md_escape(pooled)}; on this page's seed, {md_escape(v[SEED_EVIDENCE])}"
         lines.append(f"{verdict_line(v)} {ours}")
     lines.append("")
     if regime:  # the chapter's own Markdown (as the closing block shows it), headed unless it heads itself
@@ -252,7 +256,13 @@ def published_verdicts(chapter: str, verdicts: Sequence[dict], book=None) -> tup
     if found is None:
         return list(verdicts), pooling.basis_words(1)
     by_key = {r["key"]: r for r in found[0]}
-    return [by_key.get(v["key"], v) for v in verdicts], pooling.basis_words(found[1])
+    # a pooled margin says how far from holding, the page's own row what lost to what: the box shows both
+    return ([{**by_key[v["key"]], SEED_EVIDENCE: v["evidence"]} if v["key"] in by_key else v for v in verdicts],
+            pooling.basis_words(found[1]))
+
+
+#: Key of a pooled row's copy of the page's own (one seed's) evidence (:func:`published_verdicts`).
+SEED_EVIDENCE = "seed_evidence"
 
 
 def current_sweep(chapter: str, book=None) -> tuple[list[dict], int] | None:

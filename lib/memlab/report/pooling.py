@@ -240,6 +240,6 @@ def pool_claims(runs: Sequence[Sequence[dict]]) -> list[dict]:
 def basis_words(n_seeds: int | None) -> str:
     """How the page's verdicts were reached, for the findings box: "pooled over N seeds" or single-seed."""
     if n_seeds and n_seeds > 1:
-        return (f"Verdicts pooled over {n_seeds} seeds (mean margin with a band that includes the "
-                "spread between seeds; seeds that disagree outside their bands are called seed-dependent).")
+        return (f"Verdicts pooled over {n_seeds} seeds (their mean margin, with a band that includes the "
+                "spread between seeds).")
     return "These verdicts are single-seed (one run); a seed sweep pools them over seeds."

@@ -48,6 +48,16 @@ def regime_of_box(box: str, verdicts: list[dict], headline: list[str], what: str
     return regime
 
 
+def _regime(box: str, makers: list[list[dict]], headline: list[str], what: str) -> str:
+    """:func:`regime_of_box` for the first verdict list of ``makers`` that made ``box``."""
+    for verdicts in makers:
+        try:
+            return regime_of_box(box, verdicts, headline, what)
+        except ValueError:
+            continue
+    raise ValueError("the findings box is not the one the run's verdicts (own or pooled) make")
+
+
 def _basis_in(line: str, counts_line: str) -> str:
     """The basis sentence between the counts sentence and the table pointer of a box's counts line."""
     tail = " The claims table below gives every claim"
@@ -74,24 +84,30 @@ def pool_page(notebook: Path, book: Path) -> int:
     ran = res["claims"]
     fresh = with_reasons(ran, paper.reasons(chapter))
     headline, what = pagekit.headline_keys(chapter), pagekit.judged_what(chapter)
-    old_table = paper.claims_table(ran)
-    new_table = paper.claims_table(fresh, across=pagekit.pooled_across(chapter, book))
+    across = pagekit.pooled_across(chapter, book)
+    # A run executes before its sweep's summary exists, or (re-run alone) after a summary of the same
+    # code was published: its outputs are then already pooled. Either is accepted as the run made it.
+    as_run = {paper.claims_table(ran)._repr_html_(), paper.claims_table(ran, across=across)._repr_html_()}
+    pooled_then = pagekit.published_verdicts(chapter, ran, book)[0]
+    makers = [ran, pooled_then, [{k: x for k, x in v.items() if k != pagekit.SEED_EVIDENCE} for v in pooled_then]]
+    new_table = paper.claims_table(fresh, across=across)
     pooled, basis = pagekit.published_verdicts(chapter, fresh, book)
+    pooled_line = results.POOLED_ON_PAGE.format(n=found[1])
     nb = json.loads(notebook.read_text(encoding="utf-8"))
     done = {"claims table": 0, "closing line": 0, "findings box": 0}
     for cell in nb["cells"]:
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if _text(data.get("text/html", "")) == old_table._repr_html_():
+            markdown = _text(data.get("text/markdown", ""))
+            if _text(data.get("text/html", "")) in as_run:
                 data["text/html"], data["text/plain"] = new_table._repr_html_(), repr(new_table)
                 done["claims table"] += 1
-            elif results.SINGLE_SEED in _text(data.get("text/markdown", "")):
-                data["text/markdown"] = _text(data["text/markdown"]).replace(
-                    results.SINGLE_SEED, results.POOLED_ON_PAGE.format(n=found[1]))
+            elif results.SINGLE_SEED in markdown or pooled_line in markdown:
+                data["text/markdown"] = markdown.replace(results.SINGLE_SEED, pooled_line)
                 done["closing line"] += 1
             elif name == f"{chapter}-findings" and RECORD in data:
-                regime = regime_of_box(_text(data[RECORD]), ran, headline, what)
+                regime = _regime(_text(data[RECORD]), makers, headline, what)
                 data[RECORD] = pagekit.findings_markdown(pooled, headline, regime, what, basis)
                 done["findings box"] += 1
     wrong = [f"{what_} ({n} found)" for what_, n in done.items() if n != 1]

@@ -113,8 +113,27 @@ def publish_page(sweep_dir: Path, run: str, book: Path) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     # the kernel's wall time: a sweep run has no runner-side clock of its own
-    costs.record(book, res, res.get("provenance", {}).get("wall_time_s") or 0.0, code=costs.code_version(chapter))
+    costs.record(book, res, res.get("provenance", {}).get("wall_time_s") or 0.0, code=costs.code_version(chapter),
+                 alongside=runs_alongside(sweep_dir, res.get("provenance", {}).get("date")))
     return book / "chapters" / f"{chapter}.ipynb"
+
+
+def runs_alongside(sweep_dir: Path, date: str | None) -> int:
+    """How many other runs of the sweep shared the cores with the run that ended at ``date`` (ISO): its
+    invocation's workers (``timing.json``) less one, at most its runs less one; 0 where none is found."""
+    from datetime import datetime, timedelta
+
+    from memlab.report.sweep_summary import TIMING_FILE
+
+    path = Path(sweep_dir) / TIMING_FILE
+    if not date or not path.exists():
+        return 0
+    end = datetime.fromisoformat(date.replace("Z", "+00:00"))
+    for entry in json.loads(path.read_text()):
+        stop = datetime.fromisoformat(entry["date"].replace("Z", "+00:00"))
+        if stop - timedelta(seconds=float(entry.get("wall_s", 0))) <= end <= stop:
+            return max(0, min(int(entry.get("workers", 1)), int(entry.get("executed", 1))) - 1)
+    return 0
 
 
 def load(book: Path, chapter: str) -> dict | None:
