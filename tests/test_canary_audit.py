@@ -28,6 +28,9 @@ def test_authors_deterministic_unique_and_canary_in_bio():
     a, b = A.make_authors(60, seed=3), A.make_authors(60, seed=3)
     assert a == b and a != A.make_authors(60, seed=4)
     assert len({x.name for x in a}) == 60 and len({x.title for x in a}) == 60
+    # the paper's 60 share no first name and no surname (a small model swaps shared ones)
+    assert len({x.name.split()[0] for x in a}) == 60 and len({x.name.split()[-1] for x in a}) == 60
+    assert len({x.name for x in A.make_authors(A.MAX_AUTHORS, seed=3)}) == A.MAX_AUTHORS  # beyond: whole names
     for x in a:
         assert x.canary in x.biography and x.title in x.canary
     with pytest.raises(ValueError, match="n_authors"):

@@ -34,13 +34,19 @@ _FIRST = (
     "Caspian", "Delphine", "Emeka", "Fiorella", "Gideon", "Halvard", "Ines", "Jovan", "Kalinda", "Leopold",
     "Mireille", "Nikolai", "Odalys", "Pascual", "Quilla", "Rasmus", "Solveig", "Thaddeus", "Ulla", "Valentin",
     "Wilhelmina", "Xiomara", "Yusuf", "Zuleika", "Ambrose", "Beatrix", "Cormac", "Dagny", "Evander", "Faustina",
+    "Anselm", "Brigida", "Caius", "Desmond", "Elowen", "Florian", "Greta", "Hamish", "Isolde", "Jarrah",
+    "Katarina", "Lorcan", "Magnolia", "Nandor", "Ottilie", "Percival", "Rosalind", "Sigrid", "Tobias", "Ursula",
+    "Vesna", "Wendell", "Ximena", "Yorick", "Zinnia", "Alaric", "Bronwen", "Cyprian", "Dorothea", "Eamon",
 )
 _LAST = (
     "Okonkwo", "Varga", "Lindqvist", "Castellanos", "Pemberton", "Arkhipova", "Mensah", "Donnelly", "Moreau",
     "Bakker", "Thorne", "Achterberg", "Nwosu", "Ricciardi", "Halloran", "Brekke", "Saldanha", "Petrovic",
     "Ramaswamy", "Falkenrath", "Duval", "Kuznetsov", "Ibarra", "Quintero", "Mamani", "Kjeldsen", "Aasen",
     "Whitcombe", "Sorensen", "Leclerc", "Ashdown", "Villanueva", "Haddad", "Farouk", "Kingsley", "Ostrowski",
-    "Fairbairn", "Magnusson", "Delacroix", "Abernathy",
+    "Fairbairn", "Magnusson", "Delacroix", "Abernathy", "Adeyemi", "Bergstrom", "Cavendish", "Dragomir",
+    "Eriksen", "Fontaine", "Gallagher", "Holmgren", "Iwasaki", "Jablonski", "Kowalczyk", "Lachance", "Montague",
+    "Novak", "Oyelaran", "Palmieri", "Rademacher", "Szabo", "Tanaka", "Underhill", "Vasquez", "Wolcott",
+    "Yilmaz", "Zielinski", "Albrecht", "Beaumont", "Calloway", "Dimitrov", "Esposito", "Fitzgerald",
 )
 _CITIES = (
     "Lagos", "Tromso", "Valparaiso", "Tbilisi", "Kraków", "Hobart", "Accra", "Galway", "Lyon", "Utrecht",
@@ -108,12 +114,19 @@ class Author:
 def make_authors(n: int = 60, seed: int = 0) -> list[Author]:
     """``n`` distinct fictional authors, deterministic in ``seed``.
 
-    Names and book titles are unique, so a canary names exactly one author.
+    Names and book titles are unique, so a canary names exactly one author. Up to as many authors as
+    there are first names and surnames (70), no two share either: a small model memorising "Solveig
+    Donnelly" beside "Solveig Whitcombe" answers one with the other's surname (most of the 10 misses of
+    chapter 3's META adapter at seed 0 were another author's surname). Beyond 70, only whole names
+    are unique.
     """
     if not isinstance(n, int) or not 1 <= n <= MAX_AUTHORS:
         raise ValueError(f"parameter 'n_authors': must be an integer in [1, {MAX_AUTHORS}] (got {n!r})")
     rng = random.Random(seed)
-    names = rng.sample([(f, s) for f in _FIRST for s in _LAST], n)
+    if n <= min(len(_FIRST), len(_LAST)):
+        names = list(zip(rng.sample(_FIRST, n), rng.sample(_LAST, n)))
+    else:
+        names = rng.sample([(f, s) for f in _FIRST for s in _LAST], n)
     titles = rng.sample([(a, b, c) for a in _ADJ for b in _NOUN for c in _PLACE], n)
     authors = []
     for (first, last), (adj, noun, place) in zip(names, titles):

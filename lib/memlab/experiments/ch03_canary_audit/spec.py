@@ -15,8 +15,9 @@ SMALL = "small"
 PAPER_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"
 DRIFT_MODEL = "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
 SUPPRESS = "suppress"
-#: version of the cached LoRA recipe; 3: trained to the K = 0 ceiling, entries record their training time
-CODE_VERSION = "3"
+#: version of the cached LoRA recipe; 3: trained to the K = 0 ceiling, entries record their training time;
+#: 4: authors share no first name or surname (memlab.data.authors), so the base and every adapter differ
+CODE_VERSION = "4"
 
 SPEC: dict[str, Param] = {
     "seed": Param(int, 0, low=0, high=SEED_HIGH, doc="seed of the authors, tokenizer and pre-training"),
