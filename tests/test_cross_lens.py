@@ -268,6 +268,31 @@ def test_preflight_checks_what_chapters_1_and_3_read():
     assert any("cifar10" in ln for ln in lines) and any("WikiText-2" in ln for ln in lines)
 
 
+def _gated(key, metrics):
+    (v,) = [v for v in paper.evaluate(ch.claims(), metrics, "cpu", regimes=paper.regimes(ch.CHAPTER))
+            if v["key"] == key]
+    return v
+
+
+@pytest.mark.parametrize("pre_f, pre_r, inside", [(88.7, 89.6, True), (88.6, 95.0, False), (95.0, 89.5, False)])
+def test_a_vision_hypothesis_on_models_outside_chapter_1s_regime_says_so(pre_f, pre_r, inside):
+    m = _vision()
+    m["vision"]["bn"]["Original"]["Pre-F"], m["vision"]["bn"]["Retrain"]["Pre-R"] = pre_f, pre_r
+    v = _gated("sde_control", m)
+    assert (v["verdict"] == paper.REPRODUCED) if inside else (v["verdict"] == paper.OUTSIDE_REGIME)
+    assert inside or "forget-class accuracy" in v["evidence"] or "retain images" in v["evidence"]
+    m["vision"]["bn"]["Original"]["Pre-F"] = 50.0
+    assert _gated("gn_unmoved", m)["verdict"] != paper.OUTSIDE_REGIME  # a sanity check is never gated
+
+
+@pytest.mark.parametrize("out, thk, inside", [(0.9, 0.9, True), (0.89, 1.0, False), (1.0, 0.89, False)])
+def test_a_language_hypothesis_on_an_unmemorised_adapter_says_so(out, thk, inside):
+    m = _lm()
+    m["lm_runs"]["NPO"]["0"].update(out_acc=out, thk_leak=thk)
+    v = _gated("k0_bits", m)
+    assert (v["verdict"] == paper.REPRODUCED) if inside else (v["verdict"] == paper.OUTSIDE_REGIME)
+
+
 def test_the_hypotheses_are_unchanged_since_their_preregistration_commit():
     pre = ch.preregistration()
     if pre["commit"] is None:
