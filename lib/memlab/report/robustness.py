@@ -20,16 +20,11 @@ from pathlib import Path
 
 from memlab.core.chapters import CHAPTERS
 from memlab.core.config import ConfigError
+from memlab.report.sweep_summary import is_seed, timing  # noqa: F401 - is_seed: read here by stability, compare
 
 SEED_SWEEP = "memlab sweep {chapter} --profile cpu -p seed 0..2"
 # the verdict-stability record (memlab.report.stability), relative to the repository root
 STABILITY_RECORD = Path("benchmarks") / "results" / "verdict_stability.json"
-
-
-def is_seed(name: str) -> bool:
-    """Whether a parameter name is a seed (``seed``, ``x.seed``, ``data_seed``): runs differing only in
-    seeds are repeats of one setting."""
-    return name == "seed" or name.endswith(".seed") or name.endswith("_seed")
 
 
 def other_axes(summary: dict) -> list[str]:
@@ -123,13 +118,10 @@ def runs_alongside(sweep_dir: Path, date: str | None) -> int:
     invocation's workers (``timing.json``) less one, at most its runs less one; 0 where none is found."""
     from datetime import datetime, timedelta
 
-    from memlab.report.sweep_summary import TIMING_FILE
-
-    path = Path(sweep_dir) / TIMING_FILE
-    if not date or not path.exists():
+    if not date:
         return 0
     end = datetime.fromisoformat(date.replace("Z", "+00:00"))
-    for entry in json.loads(path.read_text()):
+    for entry in timing(Path(sweep_dir)):
         stop = datetime.fromisoformat(entry["date"].replace("Z", "+00:00"))
         if stop - timedelta(seconds=float(entry.get("wall_s", 0))) <= end <= stop:
             return max(0, min(int(entry.get("workers", 1)), int(entry.get("executed", 1))) - 1)

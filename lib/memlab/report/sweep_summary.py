@@ -55,7 +55,6 @@ def interval(values: Sequence[float]) -> dict:
 def summarize(sweep_dir: Path) -> dict:
     """The summary of a sweep folder: runs grouped by their non-seed parameters (see module doc)."""
     from memlab.report.pooling import k_of_n, pool_claims
-    from memlab.report.robustness import is_seed
 
     sweep_dir = Path(sweep_dir)
     try:
@@ -117,6 +116,12 @@ def summarize(sweep_dir: Path) -> dict:
             "groups": list(groups.values()), "provenance": provenance, "run_verdicts": run_verdicts,
             "run_ungated": run_ungated,
             "timing": timing(sweep_dir)}
+
+
+def is_seed(name: str) -> bool:
+    """Whether a parameter name is a seed (``seed``, ``x.seed``, ``data_seed``): runs differing only in
+    seeds are repeats of one setting."""
+    return name == "seed" or name.endswith(".seed") or name.endswith("_seed")
 
 
 def timing(sweep_dir: Path) -> list[dict]:
