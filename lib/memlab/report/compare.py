@@ -49,7 +49,7 @@ from typing import Any, Sequence
 from memlab.core.chapters import CHAPTERS
 from memlab.core.config import repo_root
 from memlab.report.pooling import row_margins
-from memlab.report.robustness import is_seed
+from memlab.report.sweep_summary import is_seed
 from memlab.report.sweep_summary import flatten
 
 SHOWN = 15  # terminal lines per list at most; the JSON has every row

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from memlab.core.chapters import CHAPTERS
 from memlab.core.config import ConfigError
-from memlab.report.sweep_summary import is_seed, timing  # noqa: F401 - is_seed: read here by stability, compare
+from memlab.report.sweep_summary import is_seed, timing
 
 SEED_SWEEP = "memlab sweep {chapter} --profile cpu -p seed 0..2"
 # the verdict-stability record (memlab.report.stability), relative to the repository root

@@ -23,7 +23,8 @@ from typing import Any
 
 from memlab.report.paper import NOT_REPRODUCED, REPRODUCED
 from memlab.report.pooling import row_margins
-from memlab.report.robustness import is_seed, seed_group
+from memlab.report.robustness import seed_group
+from memlab.report.sweep_summary import is_seed
 
 
 def _seed_of(summary: dict, rid: str) -> Any:
